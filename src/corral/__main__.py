@@ -1,0 +1,5 @@
+"""`python -m corral` runs the CLI."""
+
+from corral.cli import main
+
+main()

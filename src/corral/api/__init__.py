@@ -1,0 +1,1 @@
+"""HTTP: parse -> service -> wire JSON; nothing else lives here."""

@@ -1,0 +1,83 @@
+"""The ASGI app: auth, error envelopes, routes; lifespan runs the brain scheduler."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from corral import __version__
+from corral.api import resources, sessions
+from corral.api.http import error_response
+from corral.errors import ApiError, NotFound, Unauthorized
+from corral.runtime import Runtime
+
+
+class ApiKeyAuth:
+    """Every /v1 route needs `x-api-key` or `Authorization: Bearer` with a known key."""
+
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
+        self.app = app
+        self.keys = tuple(k.encode() for k in keys)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        guarded = scope["type"] == "http" and scope["path"].startswith("/v1")
+        if guarded and not self._allowed(Request(scope)):
+            await error_response(Unauthorized("invalid or missing API key"))(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _allowed(self, request: Request) -> bool:
+        given = request.headers.get("x-api-key")
+        auth = request.headers.get("authorization", "")
+        if given is None and auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        if not given:
+            return False
+        candidate = given.encode()
+        return any(hmac.compare_digest(candidate, key) for key in self.keys)
+
+
+def create_app(runtime: Runtime) -> Starlette:
+    """The HTTP app for `runtime`; its lifespan runs this process's brain workers."""
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(runtime.scheduler.run)
+            tg.start_soon(_reap_sandboxes, runtime)
+            yield
+            tg.cancel_scope.cancel()
+
+    async def health(_: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": __version__})
+
+    async def not_found(request: Request, exc: Any) -> Response:
+        return error_response(NotFound(f"no route for {request.method} {request.url.path}"))
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return error_response(exc)
+
+    app = Starlette(
+        routes=[Route("/health", health), *resources.routes(runtime), *sessions.routes(runtime)],
+        lifespan=lifespan,
+        exception_handlers={404: not_found, 405: not_found, ApiError: api_error},
+    )
+    app.add_middleware(ApiKeyAuth, keys=runtime.settings.api_keys)
+    return app
+
+
+async def _reap_sandboxes(runtime: Runtime) -> None:
+    while True:
+        await anyio.sleep(min(runtime.settings.sandbox_idle_seconds / 4, 30.0))
+        if runtime.sandboxes is not None:
+            await runtime.sandboxes.reap_idle()

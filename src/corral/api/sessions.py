@@ -1,0 +1,100 @@
+"""Routes for sessions and their events (send, list, SSE stream)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from corral.api.http import json_route, parse_body, query_int, query_list, query_order
+from corral.api.resources import list_page
+from corral.api.stream import stream_events
+from corral.errors import BadRequest
+from corral.runtime import Runtime
+from corral.store.base import SessionFilter
+from corral.wire.events import SendEvents
+from corral.wire.sessions import SessionCreate, SessionUpdate
+
+_STATUSES = frozenset({"rescheduling", "running", "idle", "terminated"})
+
+
+def routes(runtime: Runtime) -> list[Route]:
+    """Session endpoints."""
+    sessions, events = runtime.sessions, runtime.events
+
+    async def create(request: Request) -> Any:
+        return await sessions.create(await parse_body(request, SessionCreate))
+
+    async def retrieve(request: Request) -> Any:
+        return await sessions.get(request.path_params["session_id"])
+
+    async def update(request: Request) -> Any:
+        return await sessions.update(
+            request.path_params["session_id"], await parse_body(request, SessionUpdate)
+        )
+
+    async def archive(request: Request) -> Any:
+        result = await sessions.archive(request.path_params["session_id"])
+        await _discard(runtime, request.path_params["session_id"])
+        return result
+
+    async def delete(request: Request) -> Any:
+        await _discard(runtime, request.path_params["session_id"])
+        return await sessions.delete(request.path_params["session_id"])
+
+    async def list_sessions(request: Request) -> Any:
+        statuses = query_list(request, "statuses")
+        for status in statuses:
+            if status not in _STATUSES:
+                raise BadRequest(f"statuses: unknown status {status!r}")
+        agent_version = query_int(request, "agent_version")
+        agent_id = request.query_params.get("agent_id")
+        if agent_version is not None and not agent_id:
+            raise BadRequest("agent_version: only allowed together with agent_id")
+        if request.query_params.get("memory_store_id"):
+            return {"data": [], "next_page": None, "prev_page": None}
+        page = list_page(request, default=20, maximum=1000, order=query_order(request, "desc"))
+        where = SessionFilter(agent_id=agent_id, agent_version=agent_version, statuses=statuses)
+        return await sessions.list(page, where)
+
+    async def send(request: Request) -> Any:
+        return await events.send(
+            request.path_params["session_id"], await parse_body(request, SendEvents)
+        )
+
+    async def list_events(request: Request) -> Any:
+        created = {
+            f"created_{op}": request.query_params.get(f"created_at[{op}]")
+            for op in ("gt", "gte", "lt", "lte")
+        }
+        return await events.list(
+            request.path_params["session_id"],
+            limit=query_int(request, "limit"),
+            page=request.query_params.get("page") or None,
+            order=query_order(request, "asc"),
+            types=query_list(request, "types"),
+            created=created,
+        )
+
+    async def stream(request: Request) -> Any:
+        session_id = request.path_params["session_id"]
+        await sessions.row(session_id)
+        return stream_events(runtime.store, session_id, set(query_list(request, "event_deltas")))
+
+    return [
+        Route("/v1/sessions", json_route(create), methods=["POST"]),
+        Route("/v1/sessions", json_route(list_sessions), methods=["GET"]),
+        Route("/v1/sessions/{session_id}", json_route(retrieve), methods=["GET"]),
+        Route("/v1/sessions/{session_id}", json_route(update), methods=["POST"]),
+        Route("/v1/sessions/{session_id}", json_route(delete), methods=["DELETE"]),
+        Route("/v1/sessions/{session_id}/archive", json_route(archive), methods=["POST"]),
+        Route("/v1/sessions/{session_id}/events", json_route(send), methods=["POST"]),
+        Route("/v1/sessions/{session_id}/events", json_route(list_events), methods=["GET"]),
+        Route("/v1/sessions/{session_id}/events/stream", json_route(stream), methods=["GET"]),
+    ]
+
+
+async def _discard(runtime: Runtime, session_id: str) -> None:
+    if runtime.sandboxes is not None:
+        await runtime.sandboxes.discard(session_id)

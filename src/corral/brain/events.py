@@ -1,0 +1,70 @@
+"""Constructors for the events a brain appends (wire bodies); pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.ids import new_id, now_rfc3339
+from corral.models.base import ModelError, ModelUsage
+
+_ERROR_TYPES = {
+    "overloaded": "model_overloaded_error",
+    "rate_limited": "model_rate_limited_error",
+    "request_failed": "model_request_failed_error",
+    "invalid_request": "model_request_failed_error",
+    "authentication": "model_request_failed_error",
+}
+
+
+def event(kind: str, **fields: Any) -> dict[str, Any]:
+    """A new server event with a fresh id."""
+    return {
+        "id": fields.pop("id", None) or new_id("sevt"),
+        "type": kind,
+        "processed_at": now_rfc3339(),
+        **fields,
+    }
+
+
+def status_idle(stop_type: str, event_ids: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`session.status_idle` with its stop reason."""
+    reason: dict[str, Any] = {"type": stop_type}
+    if stop_type == "requires_action":
+        reason["event_ids"] = list(event_ids)
+    return event("session.status_idle", stop_reason=reason)
+
+
+def span_end(start_id: str, usage: ModelUsage, *, is_error: bool = False) -> dict[str, Any]:
+    """`span.model_request_end` closing `start_id`."""
+    return event(
+        "span.model_request_end",
+        model_request_start_id=start_id,
+        is_error=is_error,
+        model_usage={
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+            "cache_read_input_tokens": usage.cache_read_input_tokens,
+        },
+    )
+
+
+def model_error(error: ModelError, retry_status: str) -> dict[str, Any]:
+    """`session.error` for a failed model call."""
+    return session_error(_ERROR_TYPES[error.kind], error.message, retry_status)
+
+
+def session_error(kind: str, message: str, retry_status: str, **extra: Any) -> dict[str, Any]:
+    """`session.error` with the SDK's error object shape."""
+    body = {"type": kind, "message": message, "retry_status": {"type": retry_status}, **extra}
+    return event("session.error", error=body)
+
+
+def tool_result(call_id: str, content: list[dict[str, Any]], *, is_error: bool) -> dict[str, Any]:
+    """`agent.tool_result` for a server-executed built-in tool."""
+    return event("agent.tool_result", tool_use_id=call_id, content=content, is_error=is_error)
+
+
+def text_content(text: str) -> list[dict[str, Any]]:
+    """A single text block."""
+    return [{"type": "text", "text": text}]

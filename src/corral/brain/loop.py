@@ -1,0 +1,75 @@
+"""The brain loop: claim -> fold -> decide -> act -> append, until nothing is left to do."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from corral.brain import events as ev
+from corral.brain.actions import act
+from corral.brain.decide import Halt, decide
+from corral.brain.run import BrainDeps, Run
+from corral.errors import LeaseLost
+from corral.session.log import Fence
+
+log = logging.getLogger("corral.brain")
+
+
+async def drive(deps: BrainDeps, fence: Fence) -> None:
+    """Work on a claimed session until `decide` says Halt, keeping the lease alive."""
+    session = await deps.store.get_session(fence.session_id)
+    if session is None:
+        return
+    run = Run(deps, fence, session)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_heartbeat, deps, fence, tg.cancel_scope)
+            await _steps(run)
+            tg.cancel_scope.cancel()
+    except LeaseLost:
+        log.info("lease on %s lost; another brain continues", fence.session_id)
+    except Exception as exc:
+        log.exception("brain crashed on %s", fence.session_id)
+        await _report_crash(run, exc)
+
+
+async def _report_crash(run: Run, exc: Exception) -> None:
+    """A bug must not leave the session looking busy forever: close the turn visibly."""
+    try:
+        await run.append(
+            ev.session_error(
+                "unknown_error", f"internal error in the agent loop: {exc!r}", "exhausted"
+            ),
+            ev.status_idle("retries_exhausted"),
+        )
+    except Exception:
+        log.exception("could not report the crash on %s", run.fence.session_id)
+
+
+async def _steps(run: Run) -> None:
+    limit = run.deps.settings.max_steps_per_run
+    for _ in range(limit):
+        state = await run.refresh()
+        action = decide(state)
+        if isinstance(action, Halt):
+            return
+        await act(run, action, state)
+    await run.append(
+        ev.session_error(
+            "tool_use_limit_reached_error",
+            f"the agent took more than {limit} steps in one turn",
+            "exhausted",
+        ),
+        ev.status_idle("retries_exhausted"),
+    )
+
+
+async def _heartbeat(deps: BrainDeps, fence: Fence, scope: anyio.CancelScope) -> None:
+    interval = deps.settings.lease_seconds / 3
+    while True:
+        await anyio.sleep(interval)
+        if not await deps.store.heartbeat(fence, deps.settings.lease_seconds):
+            log.warning("lease on %s was lost; stopping this brain", fence.session_id)
+            scope.cancel()
+            return

@@ -1,0 +1,116 @@
+"""One claimed run of one session: the fenced append, the cached log, interrupt watching."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import anyio
+
+from corral.brain.sandboxes import SandboxPool
+from corral.brain.state import SessionState, fold
+from corral.models.base import ModelClient
+from corral.session.log import EventQuery, Fence, StoredEvent
+from corral.store.base import SessionRow, Store
+
+T = TypeVar("T")
+
+
+class ModelDirectory(Protocol):
+    """Finds the client for an agent's model name."""
+
+    def client_for(self, model: str) -> ModelClient:
+        """The provider for `model`; raises ValueError when none matches."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrainSettings:
+    """Tunables of the harness."""
+
+    lease_seconds: float = 10.0
+    max_model_retries: int = 4
+    retry_base_seconds: float = 0.5
+    retry_max_seconds: float = 8.0
+    max_steps_per_run: int = 500
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrainDeps:
+    """What a brain is given; nothing here holds session state."""
+
+    store: Store
+    models: ModelDirectory
+    sandboxes: SandboxPool | None
+    settings: BrainSettings
+
+
+class Run:
+    """The brain's view of a session during one lease."""
+
+    def __init__(self, deps: BrainDeps, fence: Fence, session: SessionRow) -> None:
+        self.deps = deps
+        self.fence = fence
+        self.session = session
+        self.events: list[StoredEvent] = []
+
+    @property
+    def agent(self) -> dict[str, Any]:
+        """The agent snapshot pinned at session creation (plus session updates)."""
+        return dict(self.session.body["agent"])
+
+    async def refresh(self) -> SessionState:
+        """Read events appended since the last read and fold the whole log."""
+        after = self.events[-1].seq if self.events else None
+        self.events.extend(
+            await self.deps.store.read(self.fence.session_id, EventQuery(after_seq=after))
+        )
+        return fold((e.seq, e.body) for e in self.events)
+
+    def bodies(self) -> list[dict[str, Any]]:
+        """Wire bodies of the cached log."""
+        return [e.body for e in self.events]
+
+    async def append(self, *bodies: dict[str, Any]) -> None:
+        """Append under our fence (raises LeaseLost when another brain took over)."""
+        with anyio.CancelScope(shield=True):
+            stored = await self.deps.store.append(
+                self.fence.session_id, list(bodies), fence=self.fence
+            )
+        last = self.events[-1].seq if self.events else 0
+        if stored and stored[0].seq == last + 1:
+            self.events.extend(stored)
+        else:
+            await self.refresh()  # others appended in between: read the gap in order
+
+    async def interruptible(self, work: Callable[[], Awaitable[T]]) -> tuple[T | None, bool]:
+        """Run `work`, cancelling it if a `user.interrupt` is appended meanwhile."""
+        result: list[T] = []
+        interrupted = False
+        sub = self.deps.store.subscribe(self.fence.session_id)
+        start = self.events[-1].seq if self.events else 0
+
+        async def watch(scope: anyio.CancelScope) -> None:
+            nonlocal interrupted
+            while True:
+                await sub.next(1.0)
+                found = await self.deps.store.read(
+                    self.fence.session_id, EventQuery(after_seq=start, types=["user.interrupt"])
+                )
+                if found:
+                    interrupted = True
+                    scope.cancel()
+                    return
+
+        async def body(scope: anyio.CancelScope) -> None:
+            result.append(await work())
+            scope.cancel()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch, tg.cancel_scope)
+                tg.start_soon(body, tg.cancel_scope)
+        finally:
+            sub.close()
+        return (result[0] if result else None), interrupted

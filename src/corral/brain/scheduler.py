@@ -1,0 +1,69 @@
+"""Brain workers: claim woken sessions from the queue and drive them (DBOS-style recovery:
+an expired lease is simply claimable again, so a dead brain's session is re-driven).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+import anyio
+
+from corral.brain.loop import drive
+from corral.brain.run import BrainDeps
+from corral.ids import new_id
+from corral.session.log import Fence
+
+log = logging.getLogger("corral.scheduler")
+
+
+def worker_name() -> str:
+    """A unique owner name for leases: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[-6:]}"
+
+
+class Scheduler:
+    """`concurrency` brain slots in this process."""
+
+    def __init__(self, deps: BrainDeps, *, concurrency: int, poll_seconds: float = 1.0) -> None:
+        self.deps = deps
+        self.concurrency = concurrency
+        self.poll_seconds = poll_seconds
+        self.owner = worker_name()
+        self._slots = anyio.Semaphore(max(concurrency, 1))
+
+    async def run(self) -> None:
+        """Claim and drive sessions until cancelled."""
+        if self.concurrency <= 0:
+            return
+        async with anyio.create_task_group() as tg:
+            while True:
+                await self._slots.acquire()
+                fence = await self._claim()
+                if fence is None:
+                    self._slots.release()
+                    await self.deps.store.wait_for_work(self.poll_seconds)
+                    continue
+                tg.start_soon(self._drive, fence)
+
+    async def _claim(self) -> Fence | None:
+        try:
+            return await self.deps.store.claim(self.owner, self.deps.settings.lease_seconds)
+        except Exception:
+            log.exception("claim failed")
+            await anyio.sleep(self.poll_seconds)
+            return None
+
+    async def _drive(self, fence: Fence) -> None:
+        try:
+            await drive(self.deps, fence)
+        except Exception:
+            log.exception("brain failed on %s", fence.session_id)
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.deps.store.release(fence)
+                except Exception:
+                    log.exception("release failed on %s", fence.session_id)
+            self._slots.release()

@@ -1,0 +1,127 @@
+"""The `corral` command: serve, worker, demo, migrate, status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.console import Console
+
+from corral.config import Settings, ensure_api_keys, load_settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+console = Console(stderr=True)
+
+DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.")]
+DatabaseUrl = Annotated[
+    str | None, typer.Option("--database-url", help="postgresql://… or sqlite:///path")
+]
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        return load_settings(overrides)
+    except ValueError as exc:
+        console.print(f"[red]configuration error:[/] {exc}")
+        raise typer.Exit(2) from exc
+
+
+async def serve_async(settings: Settings, *, ready: Any = None) -> None:
+    """Run API + brains (+ local hands) until cancelled."""
+    import uvicorn
+
+    from corral.api.app import create_app
+    from corral.runtime import open_runtime
+
+    async with open_runtime(settings) as runtime:
+        config = uvicorn.Config(
+            create_app(runtime),
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+        )
+        server = uvicorn.Server(config)
+        if ready is not None:
+            ready(server)
+        await server.serve()
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to bind.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to bind.")] = None,
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+    workers: Annotated[int | None, typer.Option(help="Brain slots in this process.")] = None,
+) -> None:
+    """Serve the Managed Agents API (embedded SQLite by default)."""
+    settings = _settings(
+        host=host, port=port, data_dir=data_dir, database_url=database_url, workers=workers
+    )
+    settings, new_key = ensure_api_keys(settings)
+    if new_key:
+        console.print(
+            f"[bold green]Generated API key[/] (stored in {settings.data_dir}/api_key,"
+            f" shown once): [bold]{new_key}[/]"
+        )
+    console.print(
+        f"Corral listening on http://{settings.host}:{settings.port} "
+        f"(data: {settings.database_url or settings.sqlite_path})"
+    )
+    anyio.run(serve_async, settings)
+
+
+@app.command()
+def demo(
+    model: Annotated[str, typer.Option(help="Model for the agent.")] = "corral-scripted",
+    data_dir: DataDir = None,
+) -> None:
+    """Play the incident-triage story against an embedded server."""
+    from corral.demo.embedded import run_embedded_demo
+
+    settings = _settings(data_dir=data_dir)
+    raise typer.Exit(run_embedded_demo(settings, model=model))
+
+
+@app.command()
+def migrate(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
+    """Create or upgrade the database schema."""
+    from corral.runtime import open_store
+
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+
+    async def run() -> None:
+        store = open_store(settings)
+        await store.open()
+        await store.aclose()
+
+    anyio.run(run)
+    console.print("schema is up to date")
+
+
+@app.command()
+def status(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
+    """Queue depth and leases."""
+    from corral.runtime import open_store
+
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+
+    async def run() -> None:
+        store = open_store(settings)
+        await store.open()
+        try:
+            queue = await store.queue_status()
+            console.print(f"pending={queue.pending} leased={queue.leased} expired={queue.expired}")
+        finally:
+            await store.aclose()
+
+    anyio.run(run)
+
+
+def main() -> None:
+    """Entry point of the console script."""
+    app()

@@ -1,0 +1,109 @@
+"""Settings, loaded once (CLI flags > environment > corral.toml > defaults) and passed down.
+
+No other module reads the process environment.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from corral.models.router import ModelRoute, parse_routes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything configurable about a Corral process."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = Path(".corral")
+    database_url: str | None = None
+    api_keys: tuple[str, ...] = ()
+    workers: int = 64
+    """Concurrent brain slots in this process (0 = API only)."""
+    lease_seconds: float = 10.0
+    sandbox_idle_seconds: float = 600.0
+    bwrap: str = "bwrap"
+    model_routes: tuple[ModelRoute, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    """The server's environment, for providers' credentials (never forwarded to sandboxes)."""
+    test_disable_fencing: bool = False
+    """Only for proving the chaos checker can fail; never set in production."""
+
+    @property
+    def sqlite_path(self) -> Path:
+        """The embedded database file."""
+        return self.data_dir / "corral.db"
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> Settings:
+    """Merge the sources; raises ValueError with a clear message on bad config."""
+    env = dict(os.environ if environ is None else environ)
+    values: dict[str, Any] = {}
+    path = config_file or Path(env.get("CORRAL_CONFIG", "corral.toml"))
+    if path.exists():
+        values.update(_from_toml(tomllib.loads(path.read_text())))
+    values.update(_from_env(env))
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return replace(Settings(env=env), **values)
+
+
+def _from_toml(doc: dict[str, Any]) -> dict[str, Any]:
+    server = doc.get("server", {})
+    out: dict[str, Any] = {
+        k: server[k]
+        for k in (
+            "host",
+            "port",
+            "workers",
+            "lease_seconds",
+            "sandbox_idle_seconds",
+            "bwrap",
+            "database_url",
+        )
+        if k in server
+    }
+    if "data_dir" in server:
+        out["data_dir"] = Path(server["data_dir"])
+    if "models" in doc:
+        out["model_routes"] = tuple(parse_routes(doc["models"]))
+    return out
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if env.get("CORRAL_DATA_DIR"):
+        out["data_dir"] = Path(env["CORRAL_DATA_DIR"])
+    if env.get("CORRAL_DATABASE_URL"):
+        out["database_url"] = env["CORRAL_DATABASE_URL"]
+    if env.get("CORRAL_API_KEYS"):
+        out["api_keys"] = tuple(k.strip() for k in env["CORRAL_API_KEYS"].split(",") if k.strip())
+    return out
+
+
+def ensure_api_keys(settings: Settings) -> tuple[Settings, str | None]:
+    """Settings with keys; generates and stores one (mode 0600) on first start.
+
+    Returns the new key when one was generated, so the caller can print it once.
+    """
+    if settings.api_keys:
+        return settings, None
+    key_file = settings.data_dir / "api_key"
+    if key_file.exists():
+        return replace(settings, api_keys=(key_file.read_text().strip(),)), None
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    key = "crl_" + secrets.token_urlsafe(32)
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    return replace(settings, api_keys=(key,)), key

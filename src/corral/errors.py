@@ -1,0 +1,135 @@
+"""Corral's error tree; every API error maps one-to-one to the wire error envelope.
+
+    CorralError
+    ├── ApiError(status, type, message, error_code)      -> {"type":"error","error":{...}}
+    │   ├── BadRequest          400 invalid_request_error
+    │   ├── Unauthorized        401 authentication_error
+    │   ├── PermissionDenied    403 permission_error
+    │   ├── NotFound            404 not_found_error
+    │   ├── Conflict            409 conflict_error
+    │   ├── PreconditionFailed  412 invalid_request_error
+    │   ├── PayloadTooLarge     413 request_too_large
+    │   └── ServiceUnavailable  503 overloaded_error
+    ├── LeaseLost             a brain's fencing token is stale; its append was rejected
+    ├── ToolError             becomes an `is_error` tool result the model sees
+    └── HandsError(code, retryable)  the sandbox failed (dead, timed out, could not start)
+
+This module must not import anything else from corral.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CorralError(Exception):
+    """Root of every error Corral raises on purpose."""
+
+
+class ApiError(CorralError):
+    """An error with a wire representation; raised by services, rendered by `api/`."""
+
+    status: int = 500
+    type: str = "api_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_code: str | None = None,
+        details: dict[str, Any] | None = None,
+        should_retry: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.error_code = error_code
+        self.details = dict(details or {})
+        self.should_retry = should_retry
+
+    def body(self, request_id: str) -> dict[str, Any]:
+        """The JSON envelope the SDK parses."""
+        details = dict(self.details)
+        if self.error_code is not None:
+            details["error_code"] = self.error_code
+        error: dict[str, Any] = {"type": self.type, "message": self.message}
+        if details:
+            error["details"] = details
+        return {"type": "error", "error": error, "request_id": request_id}
+
+
+class BadRequest(ApiError):
+    """The request is malformed or names something it may not use."""
+
+    status = 400
+    type = "invalid_request_error"
+
+
+class Unauthorized(ApiError):
+    """No API key, or an unknown one."""
+
+    status = 401
+    type = "authentication_error"
+
+
+class PermissionDenied(ApiError):
+    """The key is valid but may not do this."""
+
+    status = 403
+    type = "permission_error"
+
+
+class NotFound(ApiError):
+    """The addressed object does not exist (or was deleted)."""
+
+    status = 404
+    type = "not_found_error"
+
+
+class Conflict(ApiError):
+    """The request races a concurrent change (e.g. a stale agent `version`)."""
+
+    status = 409
+    type = "conflict_error"
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        kwargs.setdefault("should_retry", False)
+        super().__init__(message, **kwargs)
+
+
+class PreconditionFailed(ApiError):
+    """A compare-and-set precondition did not hold."""
+
+    status = 412
+    type = "invalid_request_error"
+
+
+class PayloadTooLarge(ApiError):
+    """The request body exceeds a configured limit."""
+
+    status = 413
+    type = "request_too_large"
+
+
+class ServiceUnavailable(ApiError):
+    """The server cannot take the request now; the client may retry."""
+
+    status = 503
+    type = "overloaded_error"
+
+
+class LeaseLost(CorralError):
+    """A brain tried to append with a fencing token that is no longer current."""
+
+
+class ToolError(CorralError):
+    """A tool failed in a way the model should see as an `is_error` result."""
+
+
+class HandsError(CorralError):
+    """The sandbox itself failed; `retryable` says whether a fresh sandbox may succeed."""
+
+    def __init__(self, code: str, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = retryable

@@ -1,0 +1,1 @@
+"""Sandboxes ("hands") behind the `Hands` protocol."""

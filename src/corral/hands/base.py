@@ -1,0 +1,110 @@
+"""The seam between the brain and the places where code runs.
+
+The brain knows only `provision(recipe) -> Sandbox` and `Sandbox.execute(name, input)`.
+Sandboxes are cattle: any of them may die at any time; the brain turns that into a tool
+error and provisions a fresh one from the same recipe on the next call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mount:
+    """A host path made visible inside the sandbox."""
+
+    host_path: Path
+    sandbox_path: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """Resource limits applied to every command run in a sandbox."""
+
+    cpu_seconds: int = 120
+    memory_bytes: int = 1024 * 1024 * 1024
+    max_processes: int = 256
+    wall_seconds: float = 120.0
+    output_bytes: int = 100 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Networking:
+    """Egress policy, enforced outside the sandbox."""
+
+    type: Literal["unrestricted", "limited", "none"] = "unrestricted"
+    allowed_hosts: tuple[str, ...] = ()
+    allow_package_managers: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SandboxRecipe:
+    """Everything needed to (re)make a session's sandbox identically."""
+
+    session_id: str
+    workspace: Path
+    """Host directory mounted read-write at /workspace; it outlives any one sandbox."""
+    outputs: Path
+    """Host directory mounted read-write at /mnt/session/outputs."""
+    mounts: tuple[Mount, ...] = ()
+    networking: Networking = field(default_factory=Networking)
+    limits: Limits = field(default_factory=Limits)
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for commands; never secrets."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutput:
+    """What a tool returned: content blocks for the model and whether it failed."""
+
+    content: list[dict[str, Any]]
+    is_error: bool = False
+
+    @classmethod
+    def text(cls, text: str, *, is_error: bool = False) -> ToolOutput:
+        """A single text block."""
+        return cls(content=[{"type": "text", "text": text}], is_error=is_error)
+
+
+class Sandbox(Protocol):
+    """One live sandbox."""
+
+    async def execute(self, name: str, input: dict[str, Any]) -> ToolOutput:
+        """Run built-in tool `name` with `input`.
+
+        Tool-level failures (non-zero exit, file not found, limit hit) come back as
+        `ToolOutput(is_error=True)`.
+
+        Raises:
+            HandsError: the sandbox itself died or could not run the call.
+        """
+        ...
+
+    async def destroy(self) -> None:
+        """Kill every process of the sandbox; idempotent. Files under the workspace stay."""
+        ...
+
+    @property
+    def alive(self) -> bool:
+        """False once the sandbox is known to be dead or destroyed."""
+        ...
+
+
+class Hands(Protocol):
+    """A provider of sandboxes."""
+
+    async def provision(self, recipe: SandboxRecipe) -> Sandbox:
+        """Make a sandbox from `recipe`.
+
+        Raises:
+            HandsError: the sandbox could not be made (e.g. bubblewrap missing).
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Destroy every sandbox this provider made."""
+        ...

@@ -1,0 +1,51 @@
+"""Prefixed, time-sortable ids and UTC timestamps; pure helpers, no I/O."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
+
+
+def _encode(value: int, length: int) -> str:
+    chars = []
+    for _ in range(length):
+        value, rem = divmod(value, 32)
+        chars.append(_ALPHABET[rem])
+    return "".join(reversed(chars))
+
+
+def new_id(prefix: str) -> str:
+    """A ULID-like id: 48 bits of milliseconds then 80 random bits, so ids sort by creation."""
+    millis = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    return f"{prefix}_{_encode(millis, 10)}{_encode(rand, 16)}"
+
+
+def utc_now() -> datetime:
+    """The current time, timezone-aware (UTC)."""
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    """Wire form of a timestamp: RFC 3339 with microseconds and a `Z` suffix."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def now_rfc3339() -> str:
+    """`rfc3339(utc_now())`."""
+    return rfc3339(utc_now())
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Parse an RFC 3339 / ISO 8601 timestamp; naive values are taken as UTC.
+
+    Raises:
+        ValueError: the text is not a timestamp.
+    """
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment

@@ -1,0 +1,1 @@
+"""Application services: validate against the store, build wire objects; no HTTP here."""

@@ -1,0 +1,175 @@
+"""Session events: validate what clients send against the log, append, read slices."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Literal
+
+from corral.brain.state import SessionState, fold
+from corral.errors import BadRequest, Conflict
+from corral.service.common import check_limit, normalize_time
+from corral.service.sessions import SessionService, client_event
+from corral.session.log import EventQuery
+from corral.store.base import Store
+from corral.wire.events import SendEvents
+
+_WAKES = frozenset(
+    {
+        "user.message",
+        "user.interrupt",
+        "user.custom_tool_result",
+        "user.tool_confirmation",
+        "user.tool_result",
+        "system.message",
+    }
+)
+LISTABLE_TYPES = frozenset(
+    {
+        "user.message",
+        "user.interrupt",
+        "user.tool_confirmation",
+        "user.custom_tool_result",
+        "user.tool_result",
+        "system.message",
+        "user.define_outcome",
+        "agent.message",
+        "agent.thinking",
+        "agent.tool_use",
+        "agent.tool_result",
+        "agent.mcp_tool_use",
+        "agent.mcp_tool_result",
+        "agent.custom_tool_use",
+        "agent.thread_message_sent",
+        "agent.thread_message_received",
+        "agent.thread_context_compacted",
+        "session.status_running",
+        "session.status_idle",
+        "session.status_rescheduled",
+        "session.status_terminated",
+        "session.error",
+        "session.updated",
+        "session.usage",
+        "session.thread_created",
+        "session.thread_status_running",
+        "session.thread_status_idle",
+        "session.thread_status_rescheduled",
+        "session.thread_status_terminated",
+        "span.model_request_start",
+        "span.model_request_end",
+        "span.outcome_evaluation_start",
+        "span.outcome_evaluation_ongoing",
+        "span.outcome_evaluation_end",
+        "workflow_run.created",
+        "workflow_run.status_running",
+        "workflow_run.status_idle",
+        "workflow_run.phase_started",
+        "workflow_run.phase_ended",
+        "workflow_run.status_ended",
+        "workflow_run.error",
+    }
+)
+
+
+def encode_cursor(seq: int) -> str:
+    """Opaque page cursor for a log position."""
+    return "page_" + base64.urlsafe_b64encode(f"seq:{seq}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    """Inverse of `encode_cursor`; BadRequest for anything else."""
+    try:
+        raw = cursor.removeprefix("page_")
+        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+        kind, _, value = text.partition(":")
+        if kind != "seq":
+            raise ValueError(kind)
+        return int(value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest("page: invalid cursor") from exc
+
+
+class EventService:
+    """Send and list session events."""
+
+    def __init__(self, store: Store, sessions: SessionService) -> None:
+        self.store = store
+        self.sessions = sessions
+
+    async def send(self, session_id: str, req: SendEvents) -> dict[str, Any]:
+        """Validate against the log, then append atomically and wake the brain."""
+        row = await self.sessions.row(session_id)
+        if row.archived_at is not None:
+            raise BadRequest(f"session {session_id} is archived", error_code="session_archived")
+        if row.summary.status == "terminated":
+            raise BadRequest(f"session {session_id} is terminated")
+        events = await self.store.read(session_id, EventQuery())
+        state = fold((e.seq, e.body) for e in events)
+        bodies = []
+        for index, item in enumerate(req.events):
+            _check(state, index, item.type, item.model_dump(exclude_none=True))
+            bodies.append(client_event(item.model_dump(exclude_none=True)))
+        wake = any(b["type"] in _WAKES for b in bodies)
+        stored = await self.store.append(session_id, bodies, wake=wake)
+        return {"data": [s.body for s in stored]}
+
+    async def list(
+        self,
+        session_id: str,
+        *,
+        limit: int | None,
+        page: str | None,
+        order: Literal["asc", "desc"],
+        types: list[str],
+        created: dict[str, str | None],
+    ) -> dict[str, Any]:
+        """A positional page of the log."""
+        await self.sessions.row(session_id)
+        size = check_limit(limit, default=100, maximum=1000)
+        for kind in types:
+            if kind not in LISTABLE_TYPES:
+                raise BadRequest(f"types: unknown event type {kind!r}")
+        position = decode_cursor(page) if page else None
+        query = EventQuery(
+            after_seq=position if order == "asc" else None,
+            before_seq=position if order == "desc" else None,
+            limit=size + 1,
+            order=order,
+            types=types,
+            **{k: normalize_time(v, f"created_at[{k[8:]}]") for k, v in created.items()},
+        )
+        rows = await self.store.read(session_id, query)
+        shown = rows[:size]
+        more = len(rows) > size
+        return {
+            "data": [r.body for r in shown],
+            "next_page": encode_cursor(shown[-1].seq) if more and shown else None,
+        }
+
+
+def _check(state: SessionState, index: int, kind: str, body: dict[str, Any]) -> None:
+    where = f"events[{index}]"
+    if kind == "user.custom_tool_result":
+        _check_answer(state, where, str(body["custom_tool_use_id"]), "custom", "custom_tool_use_id")
+    elif kind == "user.tool_confirmation":
+        call = _check_answer(state, where, str(body["tool_use_id"]), None, "tool_use_id")
+        if call.kind == "custom" or call.permission != "ask":
+            raise BadRequest(f"{where}.tool_use_id: that tool use does not await confirmation")
+        if call.confirmation is not None:
+            raise Conflict(f"{where}.tool_use_id: already confirmed ({call.confirmation})")
+    elif kind == "user.tool_result":
+        raise BadRequest(f"{where}: user.tool_result is only accepted for self_hosted environments")
+    elif kind == "user.define_outcome":
+        raise BadRequest(f"{where}: user.define_outcome is not supported by this server yet")
+
+
+def _check_answer(
+    state: SessionState, where: str, use_id: str, kind: str | None, field: str
+) -> Any:
+    call = state.calls.get(use_id)
+    if call is None or (kind is not None and call.kind != kind):
+        raise BadRequest(f"{where}.{field}: no such tool use in this session: {use_id!r}")
+    if call.result_seq is not None:
+        raise Conflict(f"{where}.{field}: tool use {use_id} was already answered")
+    if call.abandoned:
+        raise BadRequest(f"{where}.{field}: tool use {use_id} was abandoned by an interrupt")
+    return call

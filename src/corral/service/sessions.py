@@ -1,0 +1,233 @@
+"""Sessions: an agent version pinned to an environment, plus their event logs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from corral.errors import BadRequest, NotFound
+from corral.ids import new_id, now_rfc3339, parse_rfc3339, utc_now
+from corral.service.agents import AgentService, model_config, resolve_skills
+from corral.service.common import apply_metadata_patch, page_envelope
+from corral.store.base import Page, SessionFilter, SessionRow, Store
+from corral.tools.resolve import resolve_tools
+from corral.wire.sessions import AgentRef, AgentWithOverrides, SessionCreate, SessionUpdate
+
+_SNAPSHOT_KEYS = (
+    "id",
+    "version",
+    "name",
+    "description",
+    "system",
+    "model",
+    "tools",
+    "mcp_servers",
+    "skills",
+    "multiagent",
+    "execution_identity",
+)
+
+
+def client_event(body: dict[str, Any]) -> dict[str, Any]:
+    """A client-sent event as stored: server id, processed_at set at append."""
+    return {"id": new_id("sevt"), **body}
+
+
+class SessionService:
+    """Create, read, update and delete sessions."""
+
+    def __init__(self, store: Store, agents: AgentService) -> None:
+        self.store = store
+        self.agents = agents
+
+    async def create(self, req: SessionCreate) -> dict[str, Any]:
+        """A new idle session; `initial_events` are appended and wake the brain."""
+        environment = await self.store.get_resource("environment", req.environment_id)
+        if environment is None:
+            raise NotFound(
+                f"environment {req.environment_id} not found", error_code="environment_not_found"
+            )
+        if environment.archived_at is not None:
+            raise BadRequest(
+                f"environment {req.environment_id} is archived", error_code="environment_archived"
+            )
+        if environment.body["config"]["type"] == "self_hosted":
+            raise BadRequest(
+                "environment_id: self_hosted environments cannot run sessions on "
+                "this server yet; use a cloud environment"
+            )
+        if req.resources:
+            kind = req.resources[0].type
+            raise BadRequest(
+                f"resources[0]: '{kind}' resources are not supported by this server yet",
+                error_code="unsupported_resource",
+            )
+        if req.vault_ids:
+            raise BadRequest("vault_ids: vaults are not supported by this server yet")
+        if req.budget is not None:
+            raise BadRequest("budget: budgets are not supported by this server")
+        snapshot = await self._snapshot(req.agent)
+        now = now_rfc3339()
+        body: dict[str, Any] = {
+            "agent": snapshot,
+            "resources": [],
+            "vault_ids": [],
+            "title": req.title,
+            "metadata": dict(req.metadata or {}),
+            "outcome_evaluations": [],
+            "budget": None,
+            "deployment_id": None,
+        }
+        row = SessionRow(
+            id=new_id("sesn"),
+            created_at=now,
+            updated_at=now,
+            environment_id=req.environment_id,
+            agent_id=snapshot["id"],
+            agent_version=int(snapshot["version"]),
+            body=body,
+        )
+        initial = [client_event(e.model_dump(exclude_none=True)) for e in req.initial_events or []]
+        for event in initial:
+            if event["type"] != "user.message":
+                raise BadRequest("initial_events: user.define_outcome is not supported yet")
+        await self.store.create_session(row, initial)
+        return await self.get(row.id)
+
+    async def _snapshot(self, ref: str | AgentRef | AgentWithOverrides) -> dict[str, Any]:
+        if isinstance(ref, str):
+            agent = await self.agents.get(ref)
+        else:
+            agent = await self.agents.get(ref.id, ref.version)
+        if agent.get("archived_at") and isinstance(ref, str):
+            raise BadRequest(f"agent {agent['id']} is archived", error_code="agent_archived")
+        snapshot = {"type": "agent", **{k: agent.get(k) for k in _SNAPSHOT_KEYS}}
+        if isinstance(ref, AgentWithOverrides):
+            _apply_overrides(snapshot, ref)
+        return snapshot
+
+    async def get(self, session_id: str) -> dict[str, Any]:
+        """The session with status, usage and stats from its log."""
+        return render_session(await self.row(session_id))
+
+    async def row(self, session_id: str) -> SessionRow:
+        """The stored row, or NotFound."""
+        row = await self.store.get_session(session_id)
+        if row is None:
+            raise NotFound(f"session {session_id} not found")
+        return row
+
+    async def update(self, session_id: str, req: SessionUpdate) -> dict[str, Any]:
+        """Title/metadata/agent tools; a `session.updated` event records the change."""
+        row = await self.row(session_id)
+        body = dict(row.body)
+        sent = req.model_fields_set
+        changed: dict[str, Any] = {}
+        if "vault_ids" in sent:
+            raise BadRequest("vault_ids: cannot be changed after creation")
+        if "budget" in sent:
+            raise BadRequest("budget: budgets are not supported by this server")
+        if "title" in sent:
+            body["title"] = changed["title"] = req.title
+        if "metadata" in sent:
+            body["metadata"] = changed["metadata"] = apply_metadata_patch(
+                body["metadata"], req.metadata
+            )
+        if "agent" in sent and req.agent is not None:
+            if row.summary.status == "running":
+                raise BadRequest("agent: cannot change tools while the session is running")
+            body["agent"] = changed["agent"] = _updated_agent(body["agent"], req)
+        if changed:
+            await self.store.update_session(session_id, body)
+            await self.store.append(
+                session_id, [client_event({"type": "session.updated", **changed})]
+            )
+        return await self.get(session_id)
+
+    async def archive(self, session_id: str) -> dict[str, Any]:
+        """Archive: kept readable, hidden from default lists."""
+        row = await self.row(session_id)
+        if row.archived_at is None:
+            await self.store.update_session(session_id, row.body, archived_at=now_rfc3339())
+        return await self.get(session_id)
+
+    async def delete(self, session_id: str) -> dict[str, Any]:
+        """Delete the session and its log."""
+        if not await self.store.delete_session(session_id):
+            raise NotFound(f"session {session_id} not found")
+        return {"id": session_id, "type": "session_deleted"}
+
+    async def list(self, page: Page, where: SessionFilter) -> dict[str, Any]:
+        """A page of sessions."""
+        rows = await self.store.list_sessions(page, where)
+        envelope = page_envelope(rows, page.limit, render_session, lambda r: r.id)
+        envelope["prev_page"] = None
+        return envelope
+
+
+def _apply_overrides(snapshot: dict[str, Any], ref: AgentWithOverrides) -> None:
+    sent = ref.model_fields_set
+    if "model" in sent and ref.model is not None:
+        snapshot["model"] = model_config(ref.model, snapshot.get("model"))
+    if "system" in sent:
+        snapshot["system"] = ref.system
+    if "tools" in sent or "mcp_servers" in sent:
+        from corral.wire.agents import McpServer
+
+        servers = (
+            ref.mcp_servers
+            if "mcp_servers" in sent
+            else [McpServer.model_validate(m) for m in snapshot.get("mcp_servers") or []]
+        )
+        if "tools" not in sent:
+            raise BadRequest("agent.tools: required when overriding mcp_servers")
+        snapshot["tools"] = resolve_tools(list(ref.tools or []), list(servers or []))
+        snapshot["mcp_servers"] = [s.model_dump() for s in servers or []]
+    if "skills" in sent:
+        snapshot["skills"] = resolve_skills(ref.skills or [])
+
+
+def _updated_agent(agent: dict[str, Any], req: SessionUpdate) -> dict[str, Any]:
+    from corral.wire.agents import McpServer
+
+    assert req.agent is not None
+    sent = req.agent.model_fields_set
+    servers = (
+        req.agent.mcp_servers
+        if "mcp_servers" in sent
+        else [McpServer.model_validate(m) for m in agent.get("mcp_servers") or []]
+    )
+    if "tools" not in sent:
+        raise BadRequest("agent.tools: required when updating a session's agent")
+    updated = dict(agent)
+    updated["tools"] = resolve_tools(list(req.agent.tools or []), list(servers or []))
+    updated["mcp_servers"] = [s.model_dump() for s in servers or []]
+    return updated
+
+
+def render_session(row: SessionRow) -> dict[str, Any]:
+    """The wire `session` object."""
+    stats = row.summary.stats
+    active = float(stats.get("active_seconds", 0.0))
+    running_since = stats.get("running_since")
+    now = utc_now()
+    if running_since:
+        active += max((now - parse_rfc3339(running_since)).total_seconds(), 0.0)
+    created: datetime = parse_rfc3339(row.created_at)
+    usage = dict(row.summary.usage)
+    usage["active_seconds"] = active
+    return {
+        "id": row.id,
+        "type": "session",
+        "status": row.summary.status,
+        "environment_id": row.environment_id,
+        **row.body,
+        "usage": usage,
+        "stats": {
+            "active_seconds": active,
+            "duration_seconds": max((now - created).total_seconds(), 0.0),
+        },
+        "created_at": row.created_at,
+        "updated_at": row.updated_at or row.created_at,
+        "archived_at": row.archived_at,
+    }

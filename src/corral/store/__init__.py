@@ -1,0 +1,1 @@
+"""Persistence: one `Store` contract (event log, wake queue, resources), two backends."""

@@ -1,0 +1,168 @@
+"""SQLite plumbing: one writer thread doing group commit, thread-local readers, migrations.
+
+Writes from many coroutines are batched into one transaction (each in its own SAVEPOINT so
+one failure does not undo the others), which is how durable appends keep up under load.
+Knows no table semantics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio.to_thread
+
+T = TypeVar("T")
+WriteFn = Callable[[sqlite3.Connection], Any]
+
+_MAX_BATCH = 256
+_STOP = object()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+class SqliteDatabase:
+    """A WAL database file with a single writer thread and a reader per worker thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._ops: queue.Queue[Any] = queue.Queue()
+        self._writer: threading.Thread | None = None
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self.commits = 0
+
+    def open(self) -> None:
+        """Create the file, apply migrations, start the writer."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = _connect(self.path)
+        _migrate(conn)
+        self._writer = threading.Thread(
+            target=self._write_loop, args=(conn,), name="corral-sqlite-writer", daemon=True
+        )
+        self._writer.start()
+
+    def close(self) -> None:
+        """Stop the writer after pending writes; close readers."""
+        if self._writer is not None:
+            self._ops.put(_STOP)
+            self._writer.join()
+            self._writer = None
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` in the writer's next transaction; returns after COMMIT."""
+        future: Future[T] = Future()
+        self._ops.put((fn, future))
+        return await asyncio.wrap_future(future)
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` on this worker thread's reader connection."""
+        return await anyio.to_thread.run_sync(self._read_sync, fn)
+
+    def _read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self.path)
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return fn(conn)
+
+    def _write_loop(self, conn: sqlite3.Connection) -> None:
+        while True:
+            first = self._ops.get()
+            if first is _STOP:
+                conn.close()
+                return
+            batch = [first]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    op = self._ops.get_nowait()
+                except queue.Empty:
+                    break
+                if op is _STOP:
+                    self._ops.put(_STOP)
+                    break
+                batch.append(op)
+            self._run_batch(conn, batch)
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
+        outcomes: list[tuple[Future[Any], bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for fn, future in batch:
+                outcomes.append((future, *_run_in_savepoint(conn, fn)))
+            conn.execute("COMMIT")
+            self.commits += 1
+        except BaseException as exc:  # the whole batch failed to commit: fail every op
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for _fn, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for future, ok, value in outcomes:
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+
+def _run_in_savepoint(conn: sqlite3.Connection, fn: WriteFn) -> tuple[bool, Any]:
+    conn.execute("SAVEPOINT op")
+    try:
+        value = fn(conn)
+    except Exception as exc:
+        conn.execute("ROLLBACK TO op")
+        conn.execute("RELEASE op")
+        return False, exc
+    conn.execute("RELEASE op")
+    return True, value
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+    current = int(row[0] or 0)
+    folder = resources.files("corral.store").joinpath("migrations/sqlite")
+    scripts = sorted(
+        (int(item.name.split("_", 1)[0]), item)
+        for item in folder.iterdir()
+        if item.name.endswith(".sql")
+    )
+    for version, item in scripts:
+        if version <= current:
+            continue
+        conn.executescript(
+            f"BEGIN;\n{item.read_text()}\nINSERT INTO schema_version VALUES ({version});\nCOMMIT;"
+        )
+
+
+def schema_version(path: Path) -> int:
+    """The schema version of the database at `path` (applying migrations first)."""
+    conn = _connect(path)
+    try:
+        _migrate(conn)
+        row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+        return int(row[0] or 0)
+    finally:
+        conn.close()

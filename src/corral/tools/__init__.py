@@ -1,0 +1,1 @@
+"""Tool definitions, resolution of agent tool configs, and routing of tool calls."""

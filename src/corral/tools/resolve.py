@@ -1,0 +1,133 @@
+"""Resolve agent `tools` requests into the concrete wire form and check they can be served.
+
+Pure functions over wire models; no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.errors import BadRequest
+from corral.wire.agents import (
+    BUILTIN_TOOL_NAMES,
+    AgentToolset,
+    CustomTool,
+    McpServer,
+    McpToolset,
+)
+
+DEFAULT_POLICY = {"type": "always_allow"}
+SERVABLE_BUILTINS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
+"""Built-in tools this build can execute; others are refused when explicitly enabled."""
+_DISABLED_BY_DEFAULT = frozenset(BUILTIN_TOOL_NAMES) - SERVABLE_BUILTINS
+
+
+def resolve_tools(
+    tools: list[AgentToolset | McpToolset | CustomTool], mcp_servers: list[McpServer]
+) -> list[dict[str, Any]]:
+    """Concrete tool entries for an agent; raises BadRequest naming the offending field."""
+    _check_names(tools, mcp_servers)
+    resolved: list[dict[str, Any]] = []
+    for index, tool in enumerate(tools):
+        if isinstance(tool, AgentToolset):
+            resolved.append(_resolve_toolset(tool, index))
+        elif isinstance(tool, McpToolset):
+            resolved.append(_resolve_mcp(tool))
+        else:
+            resolved.append(tool.model_dump(exclude_none=True))
+    return resolved
+
+
+def _policy(value: Any, fallback: dict[str, Any]) -> dict[str, Any]:
+    return dict(value.model_dump()) if value is not None else dict(fallback)
+
+
+def _resolve_toolset(tool: AgentToolset, index: int) -> dict[str, Any]:
+    default = tool.default_config
+    default_enabled = True if default is None or default.enabled is None else default.enabled
+    default_policy = _policy(default.permission_policy if default else None, DEFAULT_POLICY)
+    overrides: dict[str, Any] = {c.name: c for c in tool.configs or []}
+    configs = []
+    for name in BUILTIN_TOOL_NAMES:
+        override = overrides.get(name)
+        explicit = override.enabled if override is not None else None
+        enabled = explicit if explicit is not None else default_enabled
+        if name in _DISABLED_BY_DEFAULT and explicit is not True:
+            enabled = False
+        if enabled and name not in SERVABLE_BUILTINS:
+            raise BadRequest(
+                f"tools[{index}].configs: '{name}' is not available on this server "
+                "(no provider configured); disable it or remove it",
+                error_code="tool_not_available",
+            )
+        entry: dict[str, Any] = {"name": name, "type": name, "enabled": enabled}
+        entry["permission_policy"] = _policy(
+            override.permission_policy if override else None, default_policy
+        )
+        if override is not None and override.model_extra:
+            entry.update(override.model_extra)
+        configs.append(entry)
+    return {
+        "type": tool.type,
+        "default_config": {"enabled": default_enabled, "permission_policy": default_policy},
+        "configs": configs,
+    }
+
+
+def _resolve_mcp(tool: McpToolset) -> dict[str, Any]:
+    default = tool.default_config
+    enabled = True if default is None or default.enabled is None else default.enabled
+    policy = _policy(default.permission_policy if default else None, {"type": "always_ask"})
+    return {
+        "type": "mcp_toolset",
+        "mcp_server_name": tool.mcp_server_name,
+        "default_config": {"enabled": enabled, "permission_policy": policy},
+        "configs": [
+            {
+                "name": c.name,
+                "enabled": enabled if c.enabled is None else c.enabled,
+                "permission_policy": _policy(c.permission_policy, policy),
+            }
+            for c in tool.configs or []
+        ],
+    }
+
+
+def _check_names(
+    tools: list[AgentToolset | McpToolset | CustomTool], mcp_servers: list[McpServer]
+) -> None:
+    if sum(isinstance(t, AgentToolset) for t in tools) > 1:
+        raise BadRequest("tools: agent_toolset_20260401 may appear once")
+    server_names = [s.name for s in mcp_servers]
+    if len(server_names) != len(set(server_names)):
+        raise BadRequest("mcp_servers: names must be unique")
+    referenced = {t.mcp_server_name for t in tools if isinstance(t, McpToolset)}
+    for name in referenced - set(server_names):
+        raise BadRequest(f"tools: mcp_toolset references unknown mcp server '{name}'")
+    for name in set(server_names) - referenced:
+        raise BadRequest(f"mcp_servers: '{name}' is not referenced by any mcp_toolset")
+    builtin = set(BUILTIN_TOOL_NAMES) if any(isinstance(t, AgentToolset) for t in tools) else set()
+    seen: set[str] = set()
+    for tool in tools:
+        if isinstance(tool, CustomTool):
+            if tool.name in seen or tool.name in builtin:
+                raise BadRequest(
+                    f"tools: tool name '{tool.name}' is used twice", error_code="tool_name_conflict"
+                )
+            seen.add(tool.name)
+
+
+def enabled_builtins(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Name -> resolved config of every enabled built-in tool of a resolved tool list."""
+    out: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        if tool.get("type") == "agent_toolset_20260401":
+            for config in tool.get("configs", []):
+                if config.get("enabled"):
+                    out[str(config["name"])] = config
+    return out
+
+
+def custom_tools(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Name -> definition of every custom tool."""
+    return {str(t["name"]): t for t in tools if t.get("type") == "custom"}

@@ -1,0 +1,39 @@
+"""Shared fixtures: a fake model server and a real Corral server process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.messages_server import FakeModelServer, Text, Turn
+from tests.server import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def fake_model() -> Iterator[FakeModelServer]:
+    """A wire-level Messages API fake; tests set its script with `reset(...)`."""
+    with FakeModelServer([Turn([Text("hello")])]) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory,
+           fake_model: FakeModelServer) -> Iterator[ServerProcess]:
+    """One Corral server per test module, talking to `fake_model`."""
+    proc = ServerProcess(tmp_path_factory.mktemp("corral"), model_url=fake_model.url).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests run on asyncio, like the server."""
+    return "asyncio"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A fresh data directory."""
+    return tmp_path / "data"

@@ -1,0 +1,104 @@
+"""A real Corral server in a child process on a loopback port, for SDK-level tests.
+
+Crash tests SIGKILL it and start it again on the same data directory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import anthropic
+import httpx
+
+API_KEY = "test-key"
+
+
+def free_port() -> int:
+    """An unused loopback port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """`corral serve` in a subprocess."""
+
+    def __init__(self, data_dir: Path, *, model_url: str | None = None,
+                 env: Mapping[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.model_url = model_url
+        self.extra_env = dict(env or {})
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir / "server.log"
+
+    @property
+    def url(self) -> str:
+        """Base URL for the SDK."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerProcess:
+        """Start and wait until /health answers."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+        env.update({"CORRAL_API_KEYS": API_KEY, "ANTHROPIC_API_KEY": "sk-test-secret",
+                    "CORRAL_CONFIG": str(self.data_dir / "corral.toml")})
+        if self.model_url:
+            env["ANTHROPIC_BASE_URL"] = self.model_url
+        env.update(self.extra_env)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "corral", "serve", "--port", str(self.port),
+                 "--data-dir", str(self.data_dir), *self.args],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        self._wait_healthy()
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("server did not become healthy")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (no cleanup runs)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> ServerProcess:
+        """Kill -9, then start again on the same data dir and port."""
+        self.kill()
+        return self.start()
+
+    def stop(self) -> None:
+        """Graceful stop (SIGTERM), then kill if needed."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc = None
+
+    def client(self, **kwargs: object) -> anthropic.Anthropic:
+        """The official SDK pointed at this server."""
+        return anthropic.Anthropic(base_url=self.url, api_key=API_KEY, max_retries=0, **kwargs)  # type: ignore[arg-type]
