@@ -80,7 +80,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         sandboxes=sandboxes,
         settings=BrainSettings(lease_seconds=settings.lease_seconds),
     )
-    agents = AgentService(store)
+    agents = AgentService(store, model_check=models.route_for)
     sessions = SessionService(store, agents)
     runtime = Runtime(
         settings=settings,

@@ -78,6 +78,7 @@ def test_agent_metadata_patch_and_clearing(server: ServerProcess) -> None:
         ({"model": "m", "name": "x", "tools": [TOOLSET, TOOLSET]}, "tools"),
         ({"model": "m", "name": "x", "tools": [{"type": "agent_toolset_20260401", "configs": [
             {"name": "web_search", "enabled": True}]}]}, "web_search"),
+        ({"model": "gpt-unknown", "name": "x"}, "model"),
     ],
 )
 def test_agent_create_rejects_bad_bodies(server: ServerProcess, body: dict[str, object],

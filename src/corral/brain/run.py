@@ -103,8 +103,13 @@ class Run:
                     scope.cancel()
                     return
 
+        failures: list[Exception] = []
+
         async def body(scope: anyio.CancelScope) -> None:
-            result.append(await work())
+            try:
+                result.append(await work())
+            except Exception as exc:  # re-raised below, outside the task group
+                failures.append(exc)
             scope.cancel()
 
         try:
@@ -113,4 +118,6 @@ class Run:
                 tg.start_soon(body, tg.cancel_scope)
         finally:
             sub.close()
+        if failures:
+            raise failures[0]
         return (result[0] if result else None), interrupted

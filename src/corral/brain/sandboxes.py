@@ -6,6 +6,7 @@ after an idle time, and is re-made from the same recipe after it dies.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import anyio
 from corral.errors import HandsError
 from corral.hands.base import Hands, Sandbox, SandboxRecipe, ToolOutput
 
+log = logging.getLogger("corral.hands")
 RecipeFactory = Callable[[str], Awaitable[SandboxRecipe]]
 
 
@@ -50,6 +52,13 @@ class SandboxPool:
                 hint = " The next call will run in a fresh sandbox." if exc.retryable else ""
                 return ToolOutput.text(
                     f"Sandbox error ({exc.code}): {exc.message}.{hint}", is_error=True
+                )
+            except Exception as exc:  # an unexpected hands failure is still only a tool error
+                log.exception("sandbox failure in %s", session_id)
+                await self.discard(session_id)
+                return ToolOutput.text(
+                    f"Sandbox error: {exc!r}. The next call will run in a fresh sandbox.",
+                    is_error=True,
                 )
 
     async def _slot(self, session_id: str) -> _Slot:

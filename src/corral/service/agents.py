@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from corral.errors import BadRequest, NotFound
@@ -44,8 +45,22 @@ def resolve_skills(skills: list[SkillRef]) -> list[dict[str, Any]]:
 class AgentService:
     """CRUD for agents and their versions."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, model_check: Callable[[str], object] | None = None) -> None:
         self.store = store
+        self._model_check = model_check
+
+    def check_model(self, model: str) -> None:
+        """Refuse models no provider route serves, at save time rather than at run time."""
+        if self._model_check is None:
+            return
+        try:
+            self._model_check(model)
+        except ValueError as exc:
+            raise BadRequest(
+                f"model: no provider is configured for {model!r} ({exc}); add a route in "
+                "corral.toml",
+                error_code="unknown_model",
+            ) from exc
 
     async def create(self, req: AgentCreate) -> dict[str, Any]:
         """Version 1 of a new agent."""
@@ -69,6 +84,7 @@ class AgentService:
             "updated_at": now,
             "archived_at": None,
         }
+        self.check_model(str(body["model"]["id"]))
         agent = Resource(kind="agent", id=body["id"], body=body, created_at=now)
         await self.store.put_agent_version(agent, expected_version=None)
         return body
@@ -92,6 +108,7 @@ class AgentService:
         if current.archived_at is not None:
             raise BadRequest(f"agent {agent_id} is archived", error_code="agent_archived")
         body = _apply_update(dict(current.body), req)
+        self.check_model(str(body["model"]["id"]))
         body["version"] = int(current.body["version"]) + 1
         body["updated_at"] = now_rfc3339()
         expected = req.version if req.version is not None else int(current.body["version"])

@@ -101,9 +101,10 @@ class SessionService:
             agent = await self.agents.get(ref.id, ref.version)
         if agent.get("archived_at") and isinstance(ref, str):
             raise BadRequest(f"agent {agent['id']} is archived", error_code="agent_archived")
-        snapshot = {"type": "agent", **{k: agent.get(k) for k in _SNAPSHOT_KEYS}}
+        snapshot: dict[str, Any] = {"type": "agent", **{k: agent.get(k) for k in _SNAPSHOT_KEYS}}
         if isinstance(ref, AgentWithOverrides):
             _apply_overrides(snapshot, ref)
+            self.agents.check_model(str(snapshot["model"]["id"]))
         return snapshot
 
     async def get(self, session_id: str) -> dict[str, Any]:
@@ -149,6 +150,10 @@ class SessionService:
         row = await self.row(session_id)
         if row.archived_at is None:
             await self.store.update_session(session_id, row.body, archived_at=now_rfc3339())
+            if row.summary.status != "terminated":
+                # Archiving ends the session: no further turns, as the status says.
+                terminated = client_event({"type": "session.status_terminated"})
+                await self.store.append(session_id, [terminated])
         return await self.get(session_id)
 
     async def delete(self, session_id: str) -> dict[str, Any]:
