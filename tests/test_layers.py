@@ -1,0 +1,49 @@
+"""Dependencies point one way (api -> brain -> session/hands/models); pinned by reading imports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "corral"
+
+# package -> corral packages it must never import
+FORBIDDEN = {
+    "wire": {"api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli"},
+    "session": {"api", "brain", "service", "models", "hands", "runtime", "cli", "demo"},
+    "store": {"api", "brain", "service", "models", "hands", "runtime", "cli", "demo"},
+    "brain": {"api", "cli", "runtime", "store.sqlite", "store.postgres", "hands.local", "demo"},
+    "models": {"api", "brain", "service", "session", "store", "hands", "runtime", "cli"},
+    "hands": {"api", "brain", "service", "session", "store", "models", "runtime", "cli"},
+    "service": {"api", "cli", "runtime", "store.sqlite", "store.postgres", "hands.local"},
+    "demo": {"api", "brain", "service", "session", "store", "hands", "runtime"},
+}
+
+
+def corral_imports(path: Path) -> set[str]:
+    """Dotted corral submodules imported by a file (without the `corral.` prefix)."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        found.update(n.removeprefix("corral.") for n in names if n.startswith("corral."))
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_package_respects_dependency_direction(package: str) -> None:
+    bad = []
+    for path in sorted((SRC / package).rglob("*.py")):
+        if package == "demo" and path.name == "embedded.py":
+            continue  # the demo's embedded server is a composition root, like the CLI
+        for imported in corral_imports(path):
+            if any(imported == f or imported.startswith(f + ".") for f in FORBIDDEN[package]):
+                bad.append(f"{path.relative_to(SRC)} imports corral.{imported}")
+    assert not bad, "\n".join(bad)
