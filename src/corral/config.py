@@ -29,6 +29,7 @@ class Settings:
     """Concurrent brain slots in this process (0 = API only)."""
     lease_seconds: float = 10.0
     sandbox_idle_seconds: float = 600.0
+    max_file_bytes: int = 512 * 1024 * 1024
     bwrap: str = "bwrap"
     model_routes: tuple[ModelRoute, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)

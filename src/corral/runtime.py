@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +13,18 @@ from corral.brain.run import BrainDeps, BrainSettings
 from corral.brain.sandboxes import SandboxPool
 from corral.brain.scheduler import Scheduler
 from corral.config import Settings
-from corral.hands.base import Networking, SandboxRecipe
+from corral.files.blobs import LocalBlobStore
+from corral.files.outputs import OutputCollector
+from corral.files.service import FileService
+from corral.hands.base import Mount, Networking, SandboxRecipe
+from corral.models.base import ModelClient
 from corral.models.router import ModelRouter
 from corral.service.agents import AgentService
 from corral.service.environments import EnvironmentService
 from corral.service.events import EventService
+from corral.service.resources import SessionResources
 from corral.service.sessions import SessionService
+from corral.skills.service import SkillService
 from corral.store.base import Store
 
 
@@ -32,7 +38,9 @@ class Runtime:
     environments: EnvironmentService
     sessions: SessionService
     events: EventService
-    sandboxes: SandboxPool | None
+    files: FileService
+    skills: SkillService
+    sandboxes: SandboxPool
     scheduler: Scheduler
     models: ModelRouter
 
@@ -40,17 +48,19 @@ class Runtime:
 def open_store(settings: Settings) -> Store:
     """SQLite by default; PostgreSQL when the database URL says so."""
     url = settings.database_url
+    fencing = not settings.test_disable_fencing
     if url and url.startswith(("postgres://", "postgresql://")):
         from corral.store.postgres import PostgresStore
 
-        return PostgresStore(url, fencing=not settings.test_disable_fencing)
+        store: Store = PostgresStore(url, fencing=fencing)
+        return store
     from corral.store.sqlite import SqliteStore
 
     path = Path(url.removeprefix("sqlite:///")) if url else settings.sqlite_path
-    return SqliteStore(path, fencing=not settings.test_disable_fencing)
+    return SqliteStore(path, fencing=fencing)
 
 
-def _scripted_model():  # type: ignore[no-untyped-def]
+def _scripted_model() -> ModelClient:
     from corral.models.scripted import ScriptedModel
 
     return ScriptedModel()
@@ -59,29 +69,36 @@ def _scripted_model():  # type: ignore[no-untyped-def]
 @asynccontextmanager
 async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     """Open the store and wire everything; closes it all on exit."""
+    from corral.hands.local import LocalHands
+
     store = open_store(settings)
     await store.open()
     models = ModelRouter(
         list(settings.model_routes), settings.env, scripted_factory=_scripted_model
     )
-    sandboxes: SandboxPool | None = None
-    try:  # TEMPORARY until hands/local.py lands
-        from corral.hands.local import LocalHands
+    blobs = LocalBlobStore(settings.data_dir / "blobs")
+    files = FileService(store, blobs, max_bytes=settings.max_file_bytes)
+    skills = SkillService(store, blobs, settings.data_dir / "skills")
+    agents = AgentService(store, model_check=models.route_for, skill_resolver=skills.resolve)
+    sessions = SessionService(store, agents, SessionResources(files))
+    outputs = OutputCollector(files)
 
-        hands = LocalHands(settings.data_dir / "sandboxes", bwrap=settings.bwrap)
-        sandboxes = SandboxPool(
-            hands, _recipe_factory(settings, store), idle_seconds=settings.sandbox_idle_seconds
-        )
-    except ImportError:
-        pass
+    async def collect_outputs(recipe: SandboxRecipe) -> None:
+        await outputs.collect(recipe.session_id, recipe.outputs)
+
+    sandboxes = SandboxPool(
+        LocalHands(settings.data_dir / "sandboxes", bwrap=settings.bwrap),
+        recipe_factory(settings, store, files, skills),
+        idle_seconds=settings.sandbox_idle_seconds,
+        after_execute=collect_outputs,
+    )
     brain = BrainDeps(
         store=store,
         models=models,
         sandboxes=sandboxes,
+        skills=skills,
         settings=BrainSettings(lease_seconds=settings.lease_seconds),
     )
-    agents = AgentService(store, model_check=models.route_for)
-    sessions = SessionService(store, agents)
     runtime = Runtime(
         settings=settings,
         store=store,
@@ -89,6 +106,8 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         environments=EnvironmentService(store),
         sessions=sessions,
         events=EventService(store, sessions),
+        files=files,
+        skills=skills,
         sandboxes=sandboxes,
         scheduler=Scheduler(brain, concurrency=settings.workers),
         models=models,
@@ -97,24 +116,47 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         yield runtime
     finally:
         with anyio.CancelScope(shield=True):
-            if sandboxes is not None:
-                await sandboxes.aclose()
+            await sandboxes.aclose()
             await models.aclose()
             await store.aclose()
 
 
-def _recipe_factory(settings: Settings, store: Store):  # type: ignore[no-untyped-def]
+def recipe_factory(
+    settings: Settings, store: Store, files: FileService, skills: SkillService
+) -> Callable[[str], Awaitable[SandboxRecipe]]:
+    """How a session's sandbox is (re)made: environment networking, file mounts, skills."""
+
     async def recipe_for(session_id: str) -> SandboxRecipe:
         row = await store.get_session(session_id)
-        networking = Networking()
-        if row is not None:
-            env = await store.get_resource("environment", row.environment_id)
-            config = (env.body.get("config") if env else None) or {}
-            net = config.get("networking") or {"type": "unrestricted"}
-            networking = Networking(
-                type=net["type"],
-                allowed_hosts=tuple(net.get("allowed_hosts") or ()),
-                allow_package_managers=bool(net.get("allow_package_managers")),
+        if row is None:
+            raise LookupError(f"session {session_id} is gone")
+        env = await store.get_resource("environment", row.environment_id)
+        config = (env.body.get("config") if env else None) or {}
+        net = config.get("networking") or {"type": "unrestricted"}
+        networking = Networking(
+            type=net["type"],
+            allowed_hosts=tuple(net.get("allowed_hosts") or ()),
+            allow_package_managers=bool(net.get("allow_package_managers")),
+        )
+        mounts = []
+        for resource in row.body.get("resources") or []:
+            if resource.get("type") == "file":
+                body = await files.get_body(resource["file_id"])
+                mounts.append(
+                    Mount(
+                        host_path=files.blobs.path(body["sha256"]),
+                        sandbox_path=resource["mount_path"],
+                        read_only=True,
+                    )
+                )
+        for ref in row.body["agent"].get("skills") or []:
+            skill = await skills.materialize(ref["skill_id"], ref["version"])
+            mounts.append(
+                Mount(
+                    host_path=skill.host_dir,
+                    sandbox_path=f"/workspace/skills/{skill.name}",
+                    read_only=True,
+                )
             )
         base = settings.data_dir / "sessions" / session_id
         for sub in ("workspace", "outputs"):
@@ -124,6 +166,7 @@ def _recipe_factory(settings: Settings, store: Store):  # type: ignore[no-untype
             workspace=base / "workspace",
             outputs=base / "outputs",
             networking=networking,
+            mounts=tuple(mounts),
         )
 
     return recipe_for

@@ -15,7 +15,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import __version__
-from corral.api import resources, sessions
+from corral.api import files, resources, sessions
 from corral.api.http import error_response
 from corral.errors import ApiError, NotFound, Unauthorized
 from corral.runtime import Runtime
@@ -68,7 +68,12 @@ def create_app(runtime: Runtime) -> Starlette:
         return error_response(exc)
 
     app = Starlette(
-        routes=[Route("/health", health), *resources.routes(runtime), *sessions.routes(runtime)],
+        routes=[
+            Route("/health", health),
+            *resources.routes(runtime),
+            *sessions.routes(runtime),
+            *files.routes(runtime),
+        ],
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: not_found, ApiError: api_error},
     )
@@ -79,5 +84,4 @@ def create_app(runtime: Runtime) -> Starlette:
 async def _reap_sandboxes(runtime: Runtime) -> None:
     while True:
         await anyio.sleep(min(runtime.settings.sandbox_idle_seconds / 4, 30.0))
-        if runtime.sandboxes is not None:
-            await runtime.sandboxes.reap_idle()
+        await runtime.sandboxes.reap_idle()

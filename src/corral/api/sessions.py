@@ -14,7 +14,7 @@ from corral.errors import BadRequest
 from corral.runtime import Runtime
 from corral.store.base import SessionFilter
 from corral.wire.events import SendEvents
-from corral.wire.sessions import SessionCreate, SessionUpdate
+from corral.wire.sessions import FileResource, SessionCreate, SessionUpdate
 
 _STATUSES = frozenset({"rescheduling", "running", "idle", "terminated"})
 
@@ -82,7 +82,45 @@ def routes(runtime: Runtime) -> list[Route]:
         await sessions.row(session_id)
         return stream_events(runtime.store, session_id, set(query_list(request, "event_deltas")))
 
+    async def add_resource(request: Request) -> Any:
+        session_id = request.path_params["session_id"]
+        body = await parse_body(request, FileResource)
+        entry = await sessions.add_resource(session_id, body)
+        await _discard(runtime, session_id)  # the next tool call re-provisions with the mount
+        return entry
+
+    async def list_resources(request: Request) -> Any:
+        row = await sessions.row(request.path_params["session_id"])
+        limit = query_int(request, "limit")
+        if limit is not None and not 1 <= limit <= 1000:
+            raise BadRequest("limit: must be between 1 and 1000")
+        data = row.body["resources"][: limit or None]
+        return {"data": data, "next_page": None}
+
+    async def get_resource(request: Request) -> Any:
+        return await sessions.resource(
+            request.path_params["session_id"], request.path_params["resource_id"]
+        )
+
+    async def update_resource(request: Request) -> Any:
+        await sessions.resource(
+            request.path_params["session_id"], request.path_params["resource_id"]
+        )
+        raise BadRequest("authorization_token: only github_repository resources can be updated")
+
+    async def delete_resource(request: Request) -> Any:
+        session_id = request.path_params["session_id"]
+        result = await sessions.delete_resource(session_id, request.path_params["resource_id"])
+        await _discard(runtime, session_id)
+        return result
+
+    resource = "/v1/sessions/{session_id}/resources/{resource_id}"
     return [
+        Route("/v1/sessions/{session_id}/resources", json_route(add_resource), methods=["POST"]),
+        Route("/v1/sessions/{session_id}/resources", json_route(list_resources), methods=["GET"]),
+        Route(resource, json_route(get_resource), methods=["GET"]),
+        Route(resource, json_route(update_resource), methods=["POST"]),
+        Route(resource, json_route(delete_resource), methods=["DELETE"]),
         Route("/v1/sessions", json_route(create), methods=["POST"]),
         Route("/v1/sessions", json_route(list_sessions), methods=["GET"]),
         Route("/v1/sessions/{session_id}", json_route(retrieve), methods=["GET"]),
@@ -96,5 +134,4 @@ def routes(runtime: Runtime) -> list[Route]:
 
 
 async def _discard(runtime: Runtime, session_id: str) -> None:
-    if runtime.sandboxes is not None:
-        await runtime.sandboxes.discard(session_id)
+    await runtime.sandboxes.discard(session_id)

@@ -20,6 +20,7 @@ from corral.brain.decide import (
 from corral.brain.run import Run
 from corral.brain.state import SessionState, ToolCall
 from corral.brain.stream import stream_response
+from corral.errors import NotFound
 from corral.models.base import ModelError, ModelResponse
 from corral.tools.resolve import custom_tools, enabled_builtins
 
@@ -110,7 +111,8 @@ async def call_model(run: Run, state: SessionState) -> None:
     first = [] if state.status == "running" else [ev.event("session.status_running")]
     start = ev.event("span.model_request_start")
     await run.append(*first, start)
-    request = build_request(agent, run.bodies(), model_name=model_name)
+    skills = await _skill_lines(run, agent)
+    request = build_request(agent, run.bodies(), model_name=model_name, skills=skills)
     settings = run.deps.settings
     for attempt in range(settings.max_model_retries + 1):
         error: ModelError | None
@@ -232,6 +234,19 @@ def _unsupported_at_runtime(agent: dict[str, Any]) -> dict[str, Any] | None:
             "exhausted",
         )
     return None
+
+
+async def _skill_lines(run: Run, agent: dict[str, Any]) -> list[tuple[str, str]]:
+    catalog = run.deps.skills
+    if catalog is None:
+        return []
+    lines = []
+    for ref in agent.get("skills") or []:
+        try:
+            lines.append(await catalog.describe(str(ref["skill_id"]), str(ref["version"])))
+        except NotFound:
+            continue  # deleted after the agent pinned it: nothing to tell the model
+    return lines
 
 
 def _zero() -> Any:

@@ -37,13 +37,30 @@ def tool_definitions(agent: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def system_prompt(agent: dict[str, Any], skills: Sequence[tuple[str, str]]) -> str | None:
+    """The agent's system prompt plus the skills it can read in its sandbox."""
+    base = agent.get("system")
+    if not skills:
+        return base
+    lines = [f"- {name}: {description or '(no description)'}" for name, description in skills]
+    section = (
+        "<skills>\nThese skills are available in your sandbox. Before using one, read its "
+        "instructions at /workspace/skills/<name>/SKILL.md.\n" + "\n".join(lines) + "\n</skills>"
+    )
+    return f"{base}\n\n{section}" if base else section
+
+
 def build_request(
-    agent: dict[str, Any], events: Sequence[dict[str, Any]], *, model_name: str
+    agent: dict[str, Any],
+    events: Sequence[dict[str, Any]],
+    *,
+    model_name: str,
+    skills: Sequence[tuple[str, str]] = (),
 ) -> ModelRequest:
     """The next model call for a session whose log is `events`."""
     return ModelRequest(
         model=model_name,
-        system=agent.get("system"),
+        system=system_prompt(agent, skills),
         messages=build_messages(events),
         tools=tool_definitions(agent),
     )

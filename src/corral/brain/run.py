@@ -36,6 +36,14 @@ class BrainSettings:
     max_steps_per_run: int = 500
 
 
+class SkillCatalog(Protocol):
+    """Names and descriptions of pinned skill versions, for the system prompt."""
+
+    async def describe(self, skill_id: str, version_id: str) -> tuple[str, str]:
+        """(name, description) of a skill version; raises NotFound if it is gone."""
+        ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrainDeps:
     """What a brain is given; nothing here holds session state."""
@@ -44,6 +52,7 @@ class BrainDeps:
     models: ModelDirectory
     sandboxes: SandboxPool | None
     settings: BrainSettings
+    skills: SkillCatalog | None = None
 
 
 class Run:

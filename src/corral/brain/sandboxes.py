@@ -30,8 +30,17 @@ class _Slot:
 class SandboxPool:
     """Session id -> live sandbox, provisioned on demand."""
 
-    def __init__(self, hands: Hands, recipe_for: RecipeFactory, *, idle_seconds: float) -> None:
+    def __init__(
+        self,
+        hands: Hands,
+        recipe_for: RecipeFactory,
+        *,
+        idle_seconds: float,
+        after_execute: Callable[[SandboxRecipe], Awaitable[object]] | None = None,
+    ) -> None:
         self._hands = hands
+        self._after_execute = after_execute
+        self._recipes: dict[str, SandboxRecipe] = {}
         self._recipe_for = recipe_for
         self._idle_seconds = idle_seconds
         self._slots: dict[str, _Slot] = {}
@@ -46,7 +55,10 @@ class SandboxPool:
             try:
                 slot = await self._slot(session_id)
                 slot.last_used = time.monotonic()
-                return await slot.sandbox.execute(name, tool_input)
+                output = await slot.sandbox.execute(name, tool_input)
+                if self._after_execute is not None:
+                    await self._after_execute(self._recipes[session_id])
+                return output
             except HandsError as exc:
                 await self.discard(session_id)
                 hint = " The next call will run in a fresh sandbox." if exc.retryable else ""
@@ -69,6 +81,7 @@ class SandboxPool:
             await self.discard(session_id)
         recipe = await self._recipe_for(session_id)
         sandbox = await self._hands.provision(recipe)
+        self._recipes[session_id] = recipe
         self.provisioned += 1
         slot = self._slots[session_id] = _Slot(sandbox=sandbox)
         return slot

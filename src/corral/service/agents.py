@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from corral.errors import BadRequest, NotFound
@@ -35,19 +35,36 @@ def model_config(
     }
 
 
-def resolve_skills(skills: list[SkillRef]) -> list[dict[str, Any]]:
-    """Skill references with a concrete version string."""
-    return [
-        {"type": s.type, "skill_id": s.skill_id, "version": s.version or "latest"} for s in skills
-    ]
+SkillResolver = Callable[[str, str, str | None], Awaitable[str]]
+"""(type, skill_id, version or None) -> concrete version id; raises BadRequest."""
 
 
 class AgentService:
     """CRUD for agents and their versions."""
 
-    def __init__(self, store: Store, model_check: Callable[[str], object] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        model_check: Callable[[str], object] | None = None,
+        skill_resolver: SkillResolver | None = None,
+    ) -> None:
         self.store = store
         self._model_check = model_check
+        self._skill_resolver = skill_resolver
+
+    async def resolve_skills(self, skills: list[SkillRef]) -> list[dict[str, Any]]:
+        """Skill references pinned to a concrete version (`latest` resolved now)."""
+        if skills and self._skill_resolver is None:
+            raise BadRequest("skills: this server has no skill store")
+        out = []
+        for ref in skills:
+            assert self._skill_resolver is not None
+            version = await self._skill_resolver(ref.type, ref.skill_id, ref.version)
+            out.append({"type": ref.type, "skill_id": ref.skill_id, "version": version})
+        names = [s["skill_id"] for s in out]
+        if len(names) != len(set(names)):
+            raise BadRequest("skills: each skill may be attached once")
+        return out
 
     def check_model(self, model: str) -> None:
         """Refuse models no provider route serves, at save time rather than at run time."""
@@ -76,7 +93,7 @@ class AgentService:
             "model": model_config(req.model),
             "tools": resolve_tools(list(req.tools or []), mcp),
             "mcp_servers": [m.model_dump() for m in mcp],
-            "skills": resolve_skills(req.skills or []),
+            "skills": await self.resolve_skills(req.skills or []),
             "multiagent": req.multiagent,
             "metadata": dict(req.metadata or {}),
             "execution_identity": _identity(req.execution_identity),
@@ -108,6 +125,8 @@ class AgentService:
         if current.archived_at is not None:
             raise BadRequest(f"agent {agent_id} is archived", error_code="agent_archived")
         body = _apply_update(dict(current.body), req)
+        if "skills" in req.model_fields_set:
+            body["skills"] = await self.resolve_skills(req.skills or [])
         self.check_model(str(body["model"]["id"]))
         body["version"] = int(current.body["version"]) + 1
         body["updated_at"] = now_rfc3339()
@@ -177,8 +196,6 @@ def _apply_update(body: dict[str, Any], req: AgentUpdate) -> dict[str, Any]:
             body[field] = getattr(req, field) or None
     if "tools" in sent or "mcp_servers" in sent:
         body["tools"], body["mcp_servers"] = _updated_tools(body, req.tools, req.mcp_servers, sent)
-    if "skills" in sent:
-        body["skills"] = resolve_skills(req.skills or [])
     if "multiagent" in sent:
         body["multiagent"] = req.multiagent
     if "execution_identity" in sent:

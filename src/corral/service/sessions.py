@@ -7,11 +7,18 @@ from typing import Any
 
 from corral.errors import BadRequest, NotFound
 from corral.ids import new_id, now_rfc3339, parse_rfc3339, utc_now
-from corral.service.agents import AgentService, model_config, resolve_skills
+from corral.service.agents import AgentService, model_config
 from corral.service.common import apply_metadata_patch, page_envelope
+from corral.service.resources import SessionResources
 from corral.store.base import Page, SessionFilter, SessionRow, Store
 from corral.tools.resolve import resolve_tools
-from corral.wire.sessions import AgentRef, AgentWithOverrides, SessionCreate, SessionUpdate
+from corral.wire.sessions import (
+    AgentRef,
+    AgentWithOverrides,
+    FileResource,
+    SessionCreate,
+    SessionUpdate,
+)
 
 _SNAPSHOT_KEYS = (
     "id",
@@ -36,9 +43,10 @@ def client_event(body: dict[str, Any]) -> dict[str, Any]:
 class SessionService:
     """Create, read, update and delete sessions."""
 
-    def __init__(self, store: Store, agents: AgentService) -> None:
+    def __init__(self, store: Store, agents: AgentService, resources: SessionResources) -> None:
         self.store = store
         self.agents = agents
+        self.resources = resources
 
     async def create(self, req: SessionCreate) -> dict[str, Any]:
         """A new idle session; `initial_events` are appended and wake the brain."""
@@ -56,12 +64,6 @@ class SessionService:
                 "environment_id: self_hosted environments cannot run sessions on "
                 "this server yet; use a cloud environment"
             )
-        if req.resources:
-            kind = req.resources[0].type
-            raise BadRequest(
-                f"resources[0]: '{kind}' resources are not supported by this server yet",
-                error_code="unsupported_resource",
-            )
         if req.vault_ids:
             raise BadRequest("vault_ids: vaults are not supported by this server yet")
         if req.budget is not None:
@@ -70,7 +72,7 @@ class SessionService:
         now = now_rfc3339()
         body: dict[str, Any] = {
             "agent": snapshot,
-            "resources": [],
+            "resources": await self.resources.build_all(list(req.resources or [])),
             "vault_ids": [],
             "title": req.title,
             "metadata": dict(req.metadata or {}),
@@ -104,6 +106,8 @@ class SessionService:
         snapshot: dict[str, Any] = {"type": "agent", **{k: agent.get(k) for k in _SNAPSHOT_KEYS}}
         if isinstance(ref, AgentWithOverrides):
             _apply_overrides(snapshot, ref)
+            if "skills" in ref.model_fields_set:
+                snapshot["skills"] = await self.agents.resolve_skills(ref.skills or [])
             self.agents.check_model(str(snapshot["model"]["id"]))
         return snapshot
 
@@ -162,6 +166,33 @@ class SessionService:
             raise NotFound(f"session {session_id} not found")
         return {"id": session_id, "type": "session_deleted"}
 
+    async def add_resource(self, session_id: str, item: FileResource) -> dict[str, Any]:
+        """Mount another file; a running sandbox is re-made at its next use to see it."""
+        row = await self.row(session_id)
+        body = dict(row.body)
+        taken = {r["mount_path"] for r in body["resources"]}
+        entry = await self.resources.build(item, "body", taken)
+        body["resources"] = [*body["resources"], entry]
+        await self.store.update_session(session_id, body)
+        return entry
+
+    async def resource(self, session_id: str, resource_id: str) -> dict[str, Any]:
+        """One resource."""
+        row = await self.row(session_id)
+        for entry in row.body["resources"]:
+            if entry.get("id") == resource_id:
+                return dict(entry)
+        raise NotFound(f"resource {resource_id} not found in session {session_id}")
+
+    async def delete_resource(self, session_id: str, resource_id: str) -> dict[str, Any]:
+        """Unmount."""
+        await self.resource(session_id, resource_id)
+        row = await self.row(session_id)
+        body = dict(row.body)
+        body["resources"] = [r for r in body["resources"] if r.get("id") != resource_id]
+        await self.store.update_session(session_id, body)
+        return {"id": resource_id, "type": "session_resource_deleted"}
+
     async def list(self, page: Page, where: SessionFilter) -> dict[str, Any]:
         """A page of sessions."""
         rows = await self.store.list_sessions(page, where)
@@ -188,8 +219,6 @@ def _apply_overrides(snapshot: dict[str, Any], ref: AgentWithOverrides) -> None:
             raise BadRequest("agent.tools: required when overriding mcp_servers")
         snapshot["tools"] = resolve_tools(list(ref.tools or []), list(servers or []))
         snapshot["mcp_servers"] = [s.model_dump() for s in servers or []]
-    if "skills" in sent:
-        snapshot["skills"] = resolve_skills(ref.skills or [])
 
 
 def _updated_agent(agent: dict[str, Any], req: SessionUpdate) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""Files: content-addressed blobs, file metadata, and session outputs collected from sandboxes."""

@@ -1,0 +1,66 @@
+"""Session resources: files mounted read-only into the session's sandbox."""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from corral.errors import BadRequest, NotFound
+from corral.files.service import FileService
+from corral.ids import new_id, now_rfc3339
+from corral.wire.sessions import FileResource
+
+UPLOADS = "/mnt/session/uploads"
+_MOUNT_ROOTS = ("/mnt/session/uploads/", "/workspace/", "/mnt/data/")
+
+
+def mount_path(requested: str | None, file_id: str, where: str) -> str:
+    """Where a file appears in the sandbox; relative paths are under the uploads folder."""
+    raw = requested or file_id
+    if "\x00" in raw or any(ord(c) < 32 for c in raw):
+        raise BadRequest(f"{where}.mount_path: control characters are not allowed")
+    path = posixpath.normpath(raw if raw.startswith("/") else f"{UPLOADS}/{raw}")
+    if not path.startswith(_MOUNT_ROOTS) or ".." in path.split("/"):
+        raise BadRequest(
+            f"{where}.mount_path: must be under {', '.join(_MOUNT_ROOTS)} (got {raw!r})"
+        )
+    if path.startswith("/workspace/skills/") or path == "/mnt/session/outputs":
+        raise BadRequest(f"{where}.mount_path: {path} is reserved")
+    return path
+
+
+class SessionResources:
+    """Validate and build `file` resources; other kinds are refused with a clear 400."""
+
+    def __init__(self, files: FileService) -> None:
+        self.files = files
+
+    async def build(self, item: Any, where: str, taken: set[str]) -> dict[str, Any]:
+        """A stored resource entry for a create/add request item."""
+        if not isinstance(item, FileResource):
+            raise BadRequest(
+                f"{where}: '{item.type}' resources are not supported by this server yet",
+                error_code="unsupported_resource",
+            )
+        try:
+            await self.files.get_body(item.file_id)
+        except NotFound as exc:
+            raise BadRequest(f"{where}.file_id: {exc.message}") from exc
+        path = mount_path(item.mount_path, item.file_id, where)
+        if path in taken:
+            raise BadRequest(f"{where}.mount_path: {path} is used twice")
+        taken.add(path)
+        now = now_rfc3339()
+        return {
+            "id": new_id("sesrsc"),
+            "type": "file",
+            "file_id": item.file_id,
+            "mount_path": path,
+            "created_at": now,
+            "updated_at": now,
+        }
+
+    async def build_all(self, items: list[Any]) -> list[dict[str, Any]]:
+        """Entries for `sessions.create(resources=...)`."""
+        taken: set[str] = set()
+        return [await self.build(item, f"resources[{i}]", taken) for i, item in enumerate(items)]

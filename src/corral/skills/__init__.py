@@ -1,0 +1,1 @@
+"""Skills: versioned directories with a SKILL.md, unpacked into sandboxes at /workspace/skills."""
