@@ -60,6 +60,18 @@ def create_app(runtime: Runtime) -> Starlette:
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok", "version": __version__})
 
+    async def admin_status(request: Request) -> Response:
+        queue = await runtime.store.queue_status()
+        return JSONResponse({
+            "version": __version__,
+            "queue": {"pending": queue.pending, "leased": queue.leased,
+                      "expired": queue.expired},
+            "brains": {"owner": runtime.scheduler.owner,
+                       "slots": runtime.scheduler.concurrency},
+            "sandboxes": {"live": runtime.sandboxes.live,
+                          "provisioned_total": runtime.sandboxes.provisioned},
+        })
+
     async def not_found(request: Request, exc: Any) -> Response:
         return error_response(NotFound(f"no route for {request.method} {request.url.path}"))
 
@@ -70,6 +82,7 @@ def create_app(runtime: Runtime) -> Starlette:
     app = Starlette(
         routes=[
             Route("/health", health),
+            Route("/v1/admin/status", admin_status),
             *resources.routes(runtime),
             *sessions.routes(runtime),
             *files.routes(runtime),

@@ -86,6 +86,11 @@ class SandboxPool:
         slot = self._slots[session_id] = _Slot(sandbox=sandbox)
         return slot
 
+    @property
+    def live(self) -> int:
+        """How many sandboxes exist now."""
+        return len(self._slots)
+
     def has_sandbox(self, session_id: str) -> bool:
         """Whether a sandbox currently exists for the session."""
         return session_id in self._slots
