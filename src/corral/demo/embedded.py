@@ -93,7 +93,13 @@ def run_embedded_demo(settings: Settings, *, model: str) -> int:
         server = EmbeddedServer(demo_settings).start()
         try:
             result = run_demo(
-                server.url, key, model, console, data_dir=data_dir / "demo-data", attach_files=False
+                server.url,
+                key,
+                model,
+                console,
+                data_dir=data_dir / "demo-data",
+                attach_files=True,
+                outputs_dir=Path("corral-demo-outputs"),
             )
         finally:
             server.stop()
