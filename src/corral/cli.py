@@ -75,6 +75,35 @@ def serve(
     anyio.run(serve_async, settings)
 
 
+async def worker_async(settings: Settings) -> None:
+    """Run brains (and their local sandboxes) without an HTTP server."""
+    from corral.runtime import open_runtime
+
+    async with open_runtime(settings) as runtime, anyio.create_task_group() as tg:
+        tg.start_soon(runtime.scheduler.run)
+        while True:
+            await anyio.sleep(min(settings.sandbox_idle_seconds / 4, 30.0))
+            await runtime.sandboxes.reap_idle()
+
+
+@app.command()
+def worker(
+    database_url: DatabaseUrl = None,
+    data_dir: DataDir = None,
+    workers: Annotated[int | None, typer.Option(help="Brain slots in this process.")] = None,
+) -> None:
+    """Run brain workers only, against a shared PostgreSQL database."""
+    settings = _settings(data_dir=data_dir, database_url=database_url, workers=workers)
+    if not (settings.database_url or "").startswith(("postgres://", "postgresql://")):
+        console.print(
+            "[red]corral worker needs --database-url postgresql://… (the embedded "
+            "SQLite store belongs to one `corral serve` process)[/]"
+        )
+        raise typer.Exit(2)
+    console.print(f"Corral worker: {settings.workers} brain slots on {settings.database_url}")
+    anyio.run(worker_async, settings)
+
+
 @app.command()
 def demo(
     model: Annotated[str, typer.Option(help="Model for the agent.")] = "corral-scripted",
