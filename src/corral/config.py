@@ -34,6 +34,8 @@ class Settings:
     model_routes: tuple[ModelRoute, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     """The server's environment, for providers' credentials (never forwarded to sandboxes)."""
+    eager_sandboxes: bool = False
+    """Provision sandboxes before inference, as the coupled design did (benchmarks only)."""
     test_disable_fencing: bool = False
     """Only for proving the chaos checker can fail; never set in production."""
 
@@ -87,6 +89,10 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         out["data_dir"] = Path(env["CORRAL_DATA_DIR"])
     if env.get("CORRAL_DATABASE_URL"):
         out["database_url"] = env["CORRAL_DATABASE_URL"]
+    if env.get("CORRAL_EAGER_SANDBOXES") == "1":
+        out["eager_sandboxes"] = True
+    if env.get("CORRAL_TEST_DISABLE_FENCING") == "1":
+        out["test_disable_fencing"] = True
     if env.get("CORRAL_API_KEYS"):
         out["api_keys"] = tuple(k.strip() for k in env["CORRAL_API_KEYS"].split(",") if k.strip())
     return out

@@ -97,7 +97,9 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         models=models,
         sandboxes=sandboxes,
         skills=skills,
-        settings=BrainSettings(lease_seconds=settings.lease_seconds),
+        settings=BrainSettings(
+            lease_seconds=settings.lease_seconds, eager_sandboxes=settings.eager_sandboxes
+        ),
     )
     runtime = Runtime(
         settings=settings,

@@ -108,6 +108,9 @@ async def call_model(run: Run, state: SessionState) -> None:
         await run.append(blocked, ev.status_idle("retries_exhausted"))
         return
     model_name = str(agent["model"]["id"])
+    if settings_eager(run):
+        assert run.deps.sandboxes is not None
+        await run.deps.sandboxes.ensure(run.fence.session_id)
     first = [] if state.status == "running" else [ev.event("session.status_running")]
     start = ev.event("span.model_request_start")
     await run.append(*first, start)
@@ -234,6 +237,11 @@ def _unsupported_at_runtime(agent: dict[str, Any]) -> dict[str, Any] | None:
             "exhausted",
         )
     return None
+
+
+def settings_eager(run: Run) -> bool:
+    """Whether this brain emulates the coupled design (sandbox ready before inference)."""
+    return run.deps.settings.eager_sandboxes and run.deps.sandboxes is not None
 
 
 async def _skill_lines(run: Run, agent: dict[str, Any]) -> list[tuple[str, str]]:

@@ -34,6 +34,8 @@ class BrainSettings:
     retry_base_seconds: float = 0.5
     retry_max_seconds: float = 8.0
     max_steps_per_run: int = 500
+    eager_sandboxes: bool = False
+    """Provision the sandbox before the first model call (only to measure the coupled design)."""
 
 
 class SkillCatalog(Protocol):

@@ -86,6 +86,12 @@ class SandboxPool:
         slot = self._slots[session_id] = _Slot(sandbox=sandbox)
         return slot
 
+    async def ensure(self, session_id: str) -> None:
+        """Provision now if absent (the coupled, eager design; benchmarks compare against it)."""
+        lock = self._locks.setdefault(session_id, anyio.Lock())
+        async with lock:
+            await self._slot(session_id)
+
     @property
     def live(self) -> int:
         """How many sandboxes exist now."""
