@@ -21,7 +21,13 @@ from corral.brain.run import Run
 from corral.brain.state import SessionState, ToolCall
 from corral.brain.stream import stream_response
 from corral.errors import NotFound
-from corral.models.base import ModelError, ModelResponse
+from corral.models.base import (
+    ModelClient,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ModelUsage,
+)
 from corral.tools.resolve import custom_tools, enabled_builtins
 
 INTERRUPTED_OUTCOME_UNKNOWN = (
@@ -146,7 +152,7 @@ async def call_model(run: Run, state: SessionState) -> None:
 
 
 async def _attempt(
-    run: Run, client: Any, request: Any
+    run: Run, client: ModelClient, request: ModelRequest
 ) -> tuple[ModelResponse | None, bool, ModelError | None]:
     async def work() -> ModelResponse | ModelError:
         try:
@@ -257,7 +263,5 @@ async def _skill_lines(run: Run, agent: dict[str, Any]) -> list[tuple[str, str]]
     return lines
 
 
-def _zero() -> Any:
-    from corral.models.base import ModelUsage
-
+def _zero() -> ModelUsage:
     return ModelUsage()
