@@ -69,6 +69,10 @@ class Hub:
         for sub in list(self._subs.get(session_id, ())):
             sub.push(signal)
 
+    def session_ids(self) -> list[str]:
+        """Sessions with at least one follower (a backend resyncs them after a lost signal)."""
+        return list(self._subs)
+
     def follower_count(self) -> int:
         """How many subscriptions are open (for status and benchmarks)."""
         return sum(len(s) for s in self._subs.values())

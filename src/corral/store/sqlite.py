@@ -54,9 +54,11 @@ class SqliteStore:
         """
         await anyio.to_thread.run_sync(self.db.open)
         await self.db.write(
-            lambda c: c.execute(
-                "UPDATE session_work SET lease_expires = 0 WHERE owner IS NOT NULL"
-            ).rowcount
+            lambda c: (
+                c.execute(
+                    "UPDATE session_work SET lease_expires = 0 WHERE owner IS NOT NULL"
+                ).rowcount
+            )
         )
 
     async def aclose(self) -> None:

@@ -1,0 +1,366 @@
+"""`PostgresStore`: the scale-out backend shared by many API and worker processes.
+
+Same contract as `SqliteStore`, with the database's clock for leases, row locks for ordering
+and fencing, and LISTEN/NOTIFY to tell other processes' followers to look again.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import psycopg
+from psycopg import errors
+from psycopg.types.json import Json
+from psycopg_pool import AsyncConnectionPool
+
+from corral.errors import Conflict, NotFound
+from corral.session.hub import Hub, HubSubscription
+from corral.session.log import EventQuery, Fence, NewEvents, Preview, SessionGone, StoredEvent
+from corral.session.queue import QueueStatus
+from corral.store import postgres_sql as q
+from corral.store.base import Page, Resource, SessionFilter, SessionRow
+from corral.store.postgres_db import Listener, migrate, preview_payloads
+
+log = logging.getLogger("corral.store.postgres")
+
+
+class PostgresStore:
+    """Event log, wake queue and resources in one PostgreSQL database."""
+
+    def __init__(self, url: str, *, fencing: bool = True, pool_size: int = 10) -> None:
+        self.url = url
+        self.hub = Hub()
+        self.origin = uuid.uuid4().hex[:12]
+        """Tags this process's preview notifications so its listener skips them."""
+        self._fencing = fencing  # False only in tests that prove the chaos checker can fail
+        self._pool_size = pool_size
+        self._pool: AsyncConnectionPool[q.Conn] | None = None
+        self._work_ready = anyio.Event()
+        self.listener = Listener(
+            url, origin=self.origin, hub=self.hub, on_work=self._signal_work, resync=self._resync
+        )
+
+    async def open(self) -> None:
+        """Connect, apply pending migrations and start listening.
+
+        Unlike the embedded store, leases are left alone: other live processes may hold them.
+        """
+        pool: AsyncConnectionPool[q.Conn] = AsyncConnectionPool(
+            self.url,
+            min_size=min(2, self._pool_size),
+            max_size=self._pool_size,
+            kwargs={"autocommit": True},
+            open=False,
+            name=f"corral-{self.origin}",
+        )
+        await pool.open(wait=True)
+        self._pool = pool
+        try:
+            async with pool.connection() as conn:
+                await migrate(conn)
+            await self.listener.start()
+        except BaseException:
+            await pool.close()
+            self._pool = None
+            raise
+
+    async def aclose(self) -> None:
+        """Stop listening and close the pool."""
+        await self.listener.stop()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @property
+    def pool(self) -> AsyncConnectionPool[q.Conn]:
+        """The connection pool (open between `open()` and `aclose()`)."""
+        if self._pool is None:
+            raise RuntimeError("PostgresStore is not open")
+        return self._pool
+
+    async def schema_version(self) -> int:
+        """The applied schema version."""
+        async with self.pool.connection() as conn:
+            row = await q.fetchone(conn, "SELECT coalesce(max(version), 0) FROM schema_version")
+            return int(row[0]) if row else 0
+
+    # ---- event log -------------------------------------------------------------------
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[dict[str, Any]],
+        *,
+        fence: Fence | None = None,
+        wake: bool = False,
+    ) -> list[StoredEvent]:
+        """Append atomically after checking the fence; see `EventLog.append`."""
+        bodies = [dict(e) for e in events]
+        check = fence if self._fencing else None
+        async with self.pool.connection() as conn, conn.transaction():
+            stored = await q.append_events(conn, session_id, bodies, check, wake)
+        if stored:
+            self.hub.publish(session_id, NewEvents(last_seq=stored[-1].seq))
+        if wake:
+            self._signal_work()
+        return stored
+
+    async def read(self, session_id: str, query: EventQuery) -> list[StoredEvent]:
+        """A positional slice; see `EventLog.read`."""
+        async with self.pool.connection() as conn:
+            return await q.read_events(conn, session_id, query)
+
+    async def last_seq(self, session_id: str) -> int:
+        """Last sequence number (0 when empty or unknown)."""
+        async with self.pool.connection() as conn:
+            row = await q.fetchone(
+                conn, "SELECT last_seq FROM sessions WHERE id = %s", (session_id,)
+            )
+            return int(row[0]) if row else 0
+
+    def subscribe(self, session_id: str) -> HubSubscription:
+        """Follow the session: this process's appends and, via LISTEN, every other's."""
+        return self.hub.subscribe(session_id)
+
+    async def publish_preview(self, session_id: str, body: dict[str, Any]) -> None:
+        """Fan a preview out here at once and to other processes through NOTIFY."""
+        self.hub.publish(session_id, Preview(body=body))
+        payloads = preview_payloads(self.origin, session_id, body)
+        if not payloads:
+            return
+        try:
+            async with self.pool.connection() as conn:
+                for payload in payloads:
+                    await q.notify(conn, q.PREVIEWS_CHANNEL, payload)
+        except psycopg.Error as exc:
+            # Previews are ephemeral and the finished event follows in the log: losing one
+            # must not fail the model stream that produced it.
+            log.warning("preview for %s not sent: %s", session_id, exc)
+
+    async def _resync(self, session_ids: list[str]) -> None:
+        """After a lost LISTEN connection: tell followers where each log ends now."""
+        if not session_ids:
+            return
+        async with self.pool.connection() as conn:
+            rows = await q.fetchall(
+                conn, "SELECT id, last_seq FROM sessions WHERE id = ANY(%s)", (session_ids,)
+            )
+        found = {str(r[0]): int(r[1]) for r in rows}
+        for session_id in session_ids:
+            if session_id in found:
+                self.hub.publish(session_id, NewEvents(last_seq=found[session_id]))
+            else:
+                self.hub.publish(session_id, SessionGone())
+
+    # ---- wake queue --------------------------------------------------------------------
+
+    async def wake(self, session_id: str, *, delay: float = 0.0) -> None:
+        """Mark the session as having work (due by the database clock)."""
+        async with self.pool.connection() as conn, conn.transaction():
+            await q.mark_pending(conn, session_id, delay)
+        self._signal_work()
+
+    async def claim(self, owner: str, lease_seconds: float) -> Fence | None:
+        """Take one due session (`FOR UPDATE SKIP LOCKED`), bumping its token."""
+        async with self.pool.connection() as conn:
+            return await q.claim(conn, owner, lease_seconds)
+
+    async def heartbeat(self, fence: Fence, lease_seconds: float) -> bool:
+        """Extend the lease if it is still ours and unexpired."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE session_work SET lease_expires = clock_timestamp() + "
+                "make_interval(secs => %s) WHERE session_id = %s AND owner = %s AND token = %s "
+                "AND lease_expires >= clock_timestamp()",
+                (float(lease_seconds), fence.session_id, fence.owner, fence.token),
+            )
+            return cur.rowcount == 1
+
+    async def release(self, fence: Fence) -> None:
+        """Drop the lease; pending work stays claimable."""
+        async with self.pool.connection() as conn, conn.transaction():
+            pending = await q.release(conn, fence)
+        if pending:
+            self._signal_work()
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Wait for a wake from any process, or `timeout` (expired leases, due retries)."""
+        with anyio.move_on_after(timeout):
+            await self._work_ready.wait()
+
+    async def queue_status(self) -> QueueStatus:
+        """Counts for `corral status`."""
+        async with self.pool.connection() as conn:
+            row = await q.fetchone(
+                conn,
+                "SELECT count(*) FILTER (WHERE pending), "
+                "count(*) FILTER (WHERE owner IS NOT NULL AND lease_expires >= clock_timestamp()),"
+                " count(*) FILTER (WHERE owner IS NOT NULL AND lease_expires < clock_timestamp())"
+                " FROM session_work",
+            )
+        assert row is not None
+        return QueueStatus(pending=int(row[0]), leased=int(row[1]), expired=int(row[2]))
+
+    def _signal_work(self) -> None:
+        self._work_ready.set()
+        self._work_ready = anyio.Event()
+
+    # ---- resources ---------------------------------------------------------------------
+
+    async def insert_resource(self, resource: Resource) -> None:
+        """Insert; Conflict when the id exists."""
+        try:
+            async with self.pool.connection() as conn:
+                await conn.execute(
+                    f"INSERT INTO resources ({q.RESOURCE_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",
+                    (
+                        resource.id,
+                        resource.kind,
+                        resource.created_at,
+                        resource.archived_at,
+                        Json(resource.body),
+                    ),
+                )
+        except errors.UniqueViolation as exc:
+            raise Conflict(f"{resource.kind} {resource.id} already exists") from exc
+
+    async def get_resource(self, kind: str, resource_id: str) -> Resource | None:
+        """The resource or None."""
+        async with self.pool.connection() as conn:
+            row = await q.fetchone(
+                conn,
+                f"SELECT {q.RESOURCE_COLUMNS} FROM resources WHERE id = %s AND kind = %s",
+                (resource_id, kind),
+            )
+        return q.to_resource(row) if row else None
+
+    async def replace_resource(self, resource: Resource) -> None:
+        """Overwrite body and archived_at."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE resources SET body = %s, archived_at = %s WHERE id = %s AND kind = %s",
+                (Json(resource.body), resource.archived_at, resource.id, resource.kind),
+            )
+            if cur.rowcount != 1:
+                raise NotFound(f"{resource.kind} {resource.id} not found")
+
+    async def delete_resource(self, kind: str, resource_id: str) -> bool:
+        """Delete (an agent with its versions); False if absent."""
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "DELETE FROM resources WHERE id = %s AND kind = %s", (resource_id, kind)
+            )
+            if kind == "agent":
+                await conn.execute("DELETE FROM agent_versions WHERE agent_id = %s", (resource_id,))
+            return cur.rowcount == 1
+
+    async def list_resources(self, kind: str, page: Page) -> list[Resource]:
+        """A page in id order."""
+        where, args = q.page_where(page)
+        async with self.pool.connection() as conn:
+            rows = await q.fetchall(
+                conn,
+                f"SELECT {q.RESOURCE_COLUMNS} FROM resources WHERE kind = %s {where} "
+                f"ORDER BY id {q.direction(page)} LIMIT %s",
+                (kind, *args, page.limit + 1),
+            )
+        return [q.to_resource(r) for r in rows]
+
+    async def put_agent_version(self, agent: Resource, expected_version: int | None) -> None:
+        """Insert the next version and point the agent at it, under optimistic locking."""
+        async with self.pool.connection() as conn, conn.transaction():
+            await q.put_agent_version(conn, agent, expected_version)
+
+    async def get_agent_version(self, agent_id: str, version: int) -> Resource | None:
+        """A pinned version."""
+        async with self.pool.connection() as conn:
+            row = await q.fetchone(
+                conn,
+                f"SELECT {q.VERSION_COLUMNS} FROM agent_versions "
+                "WHERE agent_id = %s AND version = %s",
+                (agent_id, version),
+            )
+        return q.to_resource(row) if row else None
+
+    async def list_agent_versions(self, agent_id: str, page: Page) -> list[Resource]:
+        """Versions in number order."""
+        op = "<" if page.order == "desc" else ">"
+        after = int(page.after_id) if page.after_id else (10**9 if op == "<" else 0)
+        async with self.pool.connection() as conn:
+            rows = await q.fetchall(
+                conn,
+                f"SELECT {q.VERSION_COLUMNS} FROM agent_versions WHERE agent_id = %s "
+                f"AND version {op} %s ORDER BY version {q.direction(page)} LIMIT %s",
+                (agent_id, after, page.limit + 1),
+            )
+        return [q.to_resource(r) for r in rows]
+
+    # ---- sessions ----------------------------------------------------------------------
+
+    async def create_session(
+        self, row: SessionRow, initial_events: Sequence[dict[str, Any]]
+    ) -> None:
+        """Insert the session and its initial events in one transaction."""
+        bodies = [dict(e) for e in initial_events]
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                await conn.execute(
+                    f"INSERT INTO sessions ({q.SESSION_COLUMNS}) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    q.session_params(row),
+                )
+                if bodies:
+                    await q.append_events(conn, row.id, bodies, None, True)
+        except errors.UniqueViolation as exc:
+            raise Conflict(f"session {row.id} already exists") from exc
+        if bodies:
+            self._signal_work()
+
+    async def get_session(self, session_id: str) -> SessionRow | None:
+        """The session or None."""
+        async with self.pool.connection() as conn:
+            r = await q.fetchone(
+                conn, f"SELECT {q.SESSION_COLUMNS} FROM sessions WHERE id = %s", (session_id,)
+            )
+        return q.to_session(r) if r else None
+
+    async def update_session(
+        self, session_id: str, body: dict[str, Any], *, archived_at: str | None = None
+    ) -> None:
+        """Replace the body (and archive)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                f"UPDATE sessions SET body = %s, updated_at = {q.NOW_TEXT}, "
+                "archived_at = coalesce(%s, archived_at) WHERE id = %s",
+                (Json(body), archived_at, session_id),
+            )
+            if cur.rowcount != 1:
+                raise NotFound(f"session {session_id} not found")
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete row, log (cascade) and queue entry; followers everywhere get `SessionGone`."""
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
+            await conn.execute("DELETE FROM session_work WHERE session_id = %s", (session_id,))
+            deleted = cur.rowcount == 1
+            if deleted:
+                await q.notify(conn, q.EVENTS_CHANNEL, f"{session_id}:{q.GONE}")
+        if deleted:
+            self.hub.publish(session_id, SessionGone())
+        return deleted
+
+    async def list_sessions(self, page: Page, where: SessionFilter) -> list[SessionRow]:
+        """A filtered page in id order."""
+        clause, args = q.session_where(where, *q.page_where(page))
+        async with self.pool.connection() as conn:
+            rows = await q.fetchall(
+                conn,
+                f"SELECT {q.SESSION_COLUMNS} FROM sessions WHERE TRUE {clause} "
+                f"ORDER BY id {q.direction(page)} LIMIT %s",
+                (*args, page.limit + 1),
+            )
+        return [q.to_session(r) for r in rows]

@@ -1,0 +1,309 @@
+"""SQL of `PostgresStore`: statements and row mapping, run inside a caller's transaction.
+
+Knows no pooling, listening or hub; notifications it queues (`pg_notify`) go out on commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import AsyncConnection, errors
+from psycopg.rows import TupleRow
+from psycopg.types.json import Json
+
+from corral.errors import Conflict, LeaseLost, NotFound
+from corral.session.log import EventQuery, Fence, SessionSummary, StoredEvent
+from corral.session.projection import project
+from corral.store.base import Page, Resource, SessionFilter, SessionRow
+
+Conn = AsyncConnection[TupleRow]
+
+EVENTS_CHANNEL = "corral_events"
+PREVIEWS_CHANNEL = "corral_previews"
+WORK_CHANNEL = "corral_work"
+GONE = "gone"
+"""`corral_events` payload tail meaning the session was deleted (else it is the last seq)."""
+
+NOW_TEXT = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+"""The database clock in the wire's RFC 3339 form, so every process stamps with one clock."""
+
+SESSION_COLUMNS = (
+    "id, created_at, updated_at, archived_at, environment_id, agent_id, agent_version, "
+    "status, body, usage, stats"
+)
+RESOURCE_COLUMNS = "id, kind, created_at, archived_at, body"
+VERSION_COLUMNS = "agent_id, 'agent', created_at, NULL, body"
+
+
+async def fetchone(conn: Conn, sql: str, args: Sequence[Any] = ()) -> TupleRow | None:
+    """First row of `sql`, or None."""
+    cur = await conn.execute(sql, args)
+    return await cur.fetchone()
+
+
+async def fetchall(conn: Conn, sql: str, args: Sequence[Any] = ()) -> list[TupleRow]:
+    """Every row of `sql`."""
+    cur = await conn.execute(sql, args)
+    return await cur.fetchall()
+
+
+async def notify(conn: Conn, channel: str, payload: str) -> None:
+    """Queue a notification; Postgres delivers it when the transaction commits."""
+    await conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+
+# ---- event log ------------------------------------------------------------------------------
+
+
+async def append_events(
+    conn: Conn,
+    session_id: str,
+    bodies: list[dict[str, Any]],
+    fence: Fence | None,
+    wake: bool,
+) -> list[StoredEvent]:
+    """Append under the session row's lock (which serialises appends and numbers them)."""
+    row = await fetchone(
+        conn,
+        f"SELECT last_seq, status, usage, stats, {NOW_TEXT} FROM sessions WHERE id = %s FOR UPDATE",
+        (session_id,),
+    )
+    if row is None:
+        raise NotFound(f"session {session_id} not found")
+    if fence is not None:
+        await check_fence(conn, fence)
+    seq, now = int(row[0]), str(row[4])
+    summary = SessionSummary(status=row[1], usage=row[2], stats=row[3])
+    stored: list[StoredEvent] = []
+    for body in bodies:
+        seq += 1
+        body.setdefault("processed_at", now)
+        project(summary, body)
+        stored.append(StoredEvent(session_id=session_id, seq=seq, body=body))
+    if stored:
+        await _insert_events(conn, stored, now)
+    await conn.execute(
+        "UPDATE sessions SET last_seq = %s, status = %s, usage = %s, stats = %s, "
+        "updated_at = %s WHERE id = %s",
+        (seq, summary.status, Json(summary.usage), Json(summary.stats), now, session_id),
+    )
+    if wake:
+        await mark_pending(conn, session_id, 0.0)
+    if stored:
+        await notify(conn, EVENTS_CHANNEL, f"{session_id}:{seq}")
+    return stored
+
+
+async def _insert_events(conn: Conn, stored: list[StoredEvent], now: str) -> None:
+    try:
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO events (session_id, seq, id, type, created_at, body) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                [(e.session_id, e.seq, e.id, e.type, now, Json(e.body)) for e in stored],
+            )
+    except errors.UniqueViolation as exc:
+        raise Conflict(f"an event id of this append already exists: {exc}") from exc
+
+
+async def check_fence(conn: Conn, fence: Fence) -> None:
+    """Reject a stale or expired fence; the row lock makes a concurrent claim wait for us."""
+    row = await fetchone(
+        conn,
+        "SELECT owner, token, lease_expires < clock_timestamp() FROM session_work "
+        "WHERE session_id = %s FOR UPDATE",
+        (fence.session_id,),
+    )
+    if row is None or row[0] != fence.owner or int(row[1]) != fence.token:
+        raise LeaseLost(f"lease on {fence.session_id} is held by another brain")
+    if row[2]:
+        raise LeaseLost(f"lease on {fence.session_id} expired")
+
+
+async def read_events(conn: Conn, session_id: str, query: EventQuery) -> list[StoredEvent]:
+    """A positional slice of one log."""
+    clauses: list[str] = ["session_id = %s"]
+    args: list[Any] = [session_id]
+    for column_op, value in (
+        ("seq >", query.after_seq),
+        ("seq <", query.before_seq),
+        ("created_at >", query.created_gt),
+        ("created_at >=", query.created_gte),
+        ("created_at <", query.created_lt),
+        ("created_at <=", query.created_lte),
+    ):
+        if value is not None:
+            clauses.append(f"{column_op} %s")
+            args.append(value)
+    if query.types:
+        clauses.append("type = ANY(%s)")
+        args.append(list(query.types))
+    order = "DESC" if query.order == "desc" else "ASC"
+    sql = f"SELECT seq, body FROM events WHERE {' AND '.join(clauses)} ORDER BY seq {order}"
+    if query.limit is not None:
+        sql += " LIMIT %s"
+        args.append(query.limit)
+    return [
+        StoredEvent(session_id=session_id, seq=int(seq), body=body)
+        for seq, body in await fetchall(conn, sql, args)
+    ]
+
+
+# ---- wake queue ------------------------------------------------------------------------------
+
+
+async def mark_pending(conn: Conn, session_id: str, delay: float) -> None:
+    """Mark work due after `delay` seconds (keeping an earlier due time) and tell workers."""
+    await conn.execute(
+        "INSERT INTO session_work (session_id, pending, due_at) "
+        "VALUES (%s, TRUE, clock_timestamp() + make_interval(secs => %s)) "
+        "ON CONFLICT (session_id) DO UPDATE SET pending = TRUE, due_at = CASE "
+        "WHEN session_work.pending THEN least(session_work.due_at, excluded.due_at) "
+        "ELSE excluded.due_at END",
+        (session_id, float(delay)),
+    )
+    await notify(conn, WORK_CHANNEL, session_id)
+
+
+async def claim(conn: Conn, owner: str, lease_seconds: float) -> Fence | None:
+    """Take one due session whose lease is free or expired; rows being claimed are skipped."""
+    row = await fetchone(
+        conn,
+        "WITH next AS (SELECT session_id FROM session_work WHERE "
+        "(pending AND due_at <= clock_timestamp() "
+        " AND (owner IS NULL OR lease_expires < clock_timestamp())) "
+        "OR (owner IS NOT NULL AND lease_expires < clock_timestamp()) "
+        "ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
+        "UPDATE session_work w SET owner = %s, token = w.token + 1, pending = FALSE, "
+        "lease_expires = clock_timestamp() + make_interval(secs => %s) "
+        "FROM next WHERE w.session_id = next.session_id RETURNING w.session_id, w.token",
+        (owner, float(lease_seconds)),
+    )
+    if row is None:
+        return None
+    return Fence(session_id=row[0], owner=owner, token=int(row[1]))
+
+
+async def release(conn: Conn, fence: Fence) -> bool:
+    """Drop the lease; True (and workers told) when work arrived meanwhile."""
+    row = await fetchone(
+        conn,
+        "UPDATE session_work SET owner = NULL, lease_expires = '-infinity' "
+        "WHERE session_id = %s AND owner = %s AND token = %s RETURNING pending",
+        (fence.session_id, fence.owner, fence.token),
+    )
+    if row is None or not row[0]:
+        return False
+    await notify(conn, WORK_CHANNEL, fence.session_id)
+    return True
+
+
+# ---- resources -----------------------------------------------------------------------------
+
+
+async def put_agent_version(conn: Conn, agent: Resource, expected_version: int | None) -> None:
+    """Insert the next version and point the agent at it, under optimistic locking."""
+    await conn.execute("SELECT 1 FROM resources WHERE id = %s FOR UPDATE", (agent.id,))
+    row = await fetchone(
+        conn, "SELECT max(version) FROM agent_versions WHERE agent_id = %s", (agent.id,)
+    )
+    latest = row[0] if row else None
+    if expected_version is not None and latest != expected_version:
+        raise Conflict(
+            f"agent {agent.id} is at version {latest}, not {expected_version}",
+            error_code="version_conflict",
+        )
+    version = int(agent.body["version"])
+    try:
+        await conn.execute(
+            "INSERT INTO agent_versions (agent_id, version, created_at, body) "
+            "VALUES (%s, %s, %s, %s)",
+            (agent.id, version, agent.body.get("updated_at", agent.created_at), Json(agent.body)),
+        )
+    except errors.UniqueViolation as exc:
+        raise Conflict(f"agent {agent.id} version {version} already exists") from exc
+    await conn.execute(
+        f"INSERT INTO resources ({RESOURCE_COLUMNS}) VALUES (%s, 'agent', %s, %s, %s) "
+        "ON CONFLICT (id) DO UPDATE SET body = excluded.body, archived_at = excluded.archived_at",
+        (agent.id, agent.created_at, agent.archived_at, Json(agent.body)),
+    )
+
+
+def page_where(page: Page) -> tuple[str, list[Any]]:
+    """` AND …` clauses (cursor, archived, created bounds) over id/created_at/archived_at."""
+    clauses: list[str] = []
+    args: list[Any] = []
+    if page.after_id is not None:
+        clauses.append(f"id {'<' if page.order == 'desc' else '>'} %s")
+        args.append(page.after_id)
+    if not page.include_archived:
+        clauses.append("archived_at IS NULL")
+    for op, value in (
+        (">", page.created_gt),
+        (">=", page.created_gte),
+        ("<", page.created_lt),
+        ("<=", page.created_lte),
+    ):
+        if value is not None:
+            clauses.append(f"created_at {op} %s")
+            args.append(value)
+    return "".join(f" AND {c}" for c in clauses), args
+
+
+def session_where(where: SessionFilter, clause: str, args: list[Any]) -> tuple[str, list[Any]]:
+    """Extend `page_where`'s clauses with `sessions.list` filters."""
+    for column, value in (
+        ("agent_id", where.agent_id),
+        ("agent_version", where.agent_version),
+        ("environment_id", where.environment_id),
+    ):
+        if value is not None:
+            clause += f" AND {column} = %s"
+            args.append(value)
+    if where.statuses:
+        clause += " AND status = ANY(%s)"
+        args.append(list(where.statuses))
+    return clause, args
+
+
+def direction(page: Page) -> str:
+    """SQL sort direction of a page."""
+    return "DESC" if page.order == "desc" else "ASC"
+
+
+def to_resource(row: Sequence[Any]) -> Resource:
+    """A `RESOURCE_COLUMNS` / `VERSION_COLUMNS` row as a `Resource`."""
+    return Resource(id=row[0], kind=row[1], created_at=row[2], archived_at=row[3], body=row[4])
+
+
+def to_session(r: Sequence[Any]) -> SessionRow:
+    """A `SESSION_COLUMNS` row as a `SessionRow`."""
+    return SessionRow(
+        id=r[0],
+        created_at=r[1],
+        updated_at=r[2],
+        archived_at=r[3],
+        environment_id=r[4],
+        agent_id=r[5],
+        agent_version=int(r[6]),
+        body=r[8],
+        summary=SessionSummary(status=r[7], usage=r[9], stats=r[10]),
+    )
+
+
+def session_params(row: SessionRow) -> tuple[Any, ...]:
+    """INSERT parameters in `SESSION_COLUMNS` order."""
+    return (
+        row.id,
+        row.created_at,
+        row.updated_at,
+        row.archived_at,
+        row.environment_id,
+        row.agent_id,
+        row.agent_version,
+        row.summary.status,
+        Json(row.body),
+        Json(row.summary.usage),
+        Json(row.summary.stats),
+    )
