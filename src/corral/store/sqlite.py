@@ -293,6 +293,8 @@ class SqliteStore:
         bodies = [dict(e) for e in initial_events]
 
         def run(conn: sqlite3.Connection) -> list[StoredEvent]:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (row.id,)).fetchone():
+                raise Conflict(f"session {row.id} already exists")
             conn.execute(
                 f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
@@ -396,11 +398,14 @@ def _append(
     for body in bodies:
         seq += 1
         body.setdefault("processed_at", now)
-        conn.execute(
-            "INSERT INTO events (session_id, seq, id, type, created_at, body) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (session_id, seq, body["id"], body["type"], now, json.dumps(body)),
-        )
+        try:
+            conn.execute(
+                "INSERT INTO events (session_id, seq, id, type, created_at, body) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (session_id, seq, body["id"], body["type"], now, json.dumps(body)),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise Conflict(f"event id {body['id']} already exists") from exc
         project(summary, body)
         stored.append(StoredEvent(session_id=session_id, seq=seq, body=body))
     conn.execute(
