@@ -100,9 +100,9 @@ class PostgresStore:
     ) -> list[StoredEvent]:
         """Append atomically after checking the fence; see `EventLog.append`."""
         bodies = [dict(e) for e in events]
-        check = fence if self._fencing else None
+        check = self._fencing
         async with self.pool.connection() as conn, conn.transaction():
-            stored = await q.append_events(conn, session_id, bodies, check, wake)
+            stored = await q.append_events(conn, session_id, bodies, fence, wake, check=check)
         if stored:
             self.hub.publish(session_id, NewEvents(last_seq=stored[-1].seq))
         if wake:

@@ -62,6 +62,8 @@ async def append_events(
     bodies: list[dict[str, Any]],
     fence: Fence | None,
     wake: bool,
+    *,
+    check: bool = True,
 ) -> list[StoredEvent]:
     """Append under the session row's lock (which serialises appends and numbers them)."""
     row = await fetchone(
@@ -71,7 +73,7 @@ async def append_events(
     )
     if row is None:
         raise NotFound(f"session {session_id} not found")
-    if fence is not None:
+    if fence is not None and check:
         await check_fence(conn, fence)
     seq, now = int(row[0]), str(row[4])
     summary = SessionSummary(status=row[1], usage=row[2], stats=row[3])
@@ -82,7 +84,7 @@ async def append_events(
         project(summary, body)
         stored.append(StoredEvent(session_id=session_id, seq=seq, body=body))
     if stored:
-        await _insert_events(conn, stored, now)
+        await _insert_events(conn, stored, now, fence)
     await conn.execute(
         "UPDATE sessions SET last_seq = %s, status = %s, usage = %s, stats = %s, "
         "updated_at = %s WHERE id = %s",
@@ -95,13 +97,19 @@ async def append_events(
     return stored
 
 
-async def _insert_events(conn: Conn, stored: list[StoredEvent], now: str) -> None:
+async def _insert_events(
+    conn: Conn, stored: list[StoredEvent], now: str, fence: Fence | None
+) -> None:
+    owner, token = (fence.owner, fence.token) if fence is not None else (None, None)
     try:
         async with conn.cursor() as cur:
             await cur.executemany(
-                "INSERT INTO events (session_id, seq, id, type, created_at, body) "
-                "VALUES (%s, %s, %s, %s, %s, %s)",
-                [(e.session_id, e.seq, e.id, e.type, now, Json(e.body)) for e in stored],
+                "INSERT INTO events (session_id, seq, id, type, created_at, body, writer_owner, "
+                "writer_token) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                [
+                    (e.session_id, e.seq, e.id, e.type, now, Json(e.body), owner, token)
+                    for e in stored
+                ],
             )
     except errors.UniqueViolation as exc:
         raise Conflict(f"an event id of this append already exists: {exc}") from exc

@@ -77,8 +77,10 @@ class SqliteStore:
     ) -> list[StoredEvent]:
         """Append atomically after checking the fence; see `EventLog.append`."""
         bodies = [dict(e) for e in events]
-        check = fence if self._fencing else None
-        stored = await self.db.write(lambda c: _append(c, session_id, bodies, check, wake))
+        fencing = self._fencing
+        stored = await self.db.write(
+            lambda c: _append(c, session_id, bodies, fence, wake, check=fencing)
+        )
         if stored:
             self.hub.publish(session_id, NewEvents(last_seq=stored[-1].seq))
         if wake:
@@ -383,14 +385,17 @@ def _append(
     bodies: list[dict[str, Any]],
     fence: Fence | None,
     wake: bool,
+    *,
+    check: bool = True,
 ) -> list[StoredEvent]:
     row = conn.execute(
         "SELECT last_seq, status, usage, stats FROM sessions WHERE id = ?", (session_id,)
     ).fetchone()
     if row is None:
         raise NotFound(f"session {session_id} not found")
-    if fence is not None:
+    if fence is not None and check:
         _check_fence(conn, fence)
+    writer = (fence.owner, fence.token) if fence is not None else (None, None)
     seq = int(row[0])
     summary = SessionSummary(status=row[1], usage=json.loads(row[2]), stats=json.loads(row[3]))
     now = now_rfc3339()
@@ -400,9 +405,9 @@ def _append(
         body.setdefault("processed_at", now)
         try:
             conn.execute(
-                "INSERT INTO events (session_id, seq, id, type, created_at, body) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (session_id, seq, body["id"], body["type"], now, json.dumps(body)),
+                "INSERT INTO events (session_id, seq, id, type, created_at, body, writer_owner, "
+                "writer_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, seq, body["id"], body["type"], now, json.dumps(body), *writer),
             )
         except sqlite3.IntegrityError as exc:
             raise Conflict(f"event id {body['id']} already exists") from exc
