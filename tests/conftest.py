@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.messages_server import FakeModelServer, Text, Turn
-from tests.server import ServerProcess
+from tests.server import ServerProcess, backend_env
 
 
 @pytest.fixture(scope="module")
@@ -18,13 +18,24 @@ def fake_model() -> Iterator[FakeModelServer]:
         yield fake
 
 
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Which store the server under test uses (PostgreSQL when CI provides one)."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory,
-           fake_model: FakeModelServer) -> Iterator[ServerProcess]:
-    """One Corral server per test module, talking to `fake_model`."""
-    proc = ServerProcess(tmp_path_factory.mktemp("corral"), model_url=fake_model.url).start()
-    yield proc
-    proc.stop()
+def server(tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModelServer,
+           backend: str) -> Iterator[ServerProcess]:
+    """One Corral server per test module and backend, talking to `fake_model`."""
+    with backend_env(backend) as env:
+        proc = ServerProcess(tmp_path_factory.mktemp("corral"), model_url=fake_model.url,
+                             env=env).start()
+        yield proc
+        proc.stop()
 
 
 @pytest.fixture

@@ -6,18 +6,54 @@ Crash tests SIGKILL it and start it again on the same data directory.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import anthropic
 import httpx
+import psycopg
+import pytest
+from psycopg import sql
 
 API_KEY = "test-key"
+DATABASE_URL_ENV = "CORRAL_TEST_DATABASE_URL"
+
+
+@contextmanager
+def fresh_postgres(prefix: str = "corral_api") -> Iterator[str]:
+    """A new database on the CI PostgreSQL server (URL form), dropped afterwards."""
+    base = os.environ[DATABASE_URL_ENV]
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        parts = urlsplit(base)
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@contextmanager
+def backend_env(backend: str) -> Iterator[dict[str, str]]:
+    """Environment selecting the store: embedded SQLite, or a fresh PostgreSQL database."""
+    if backend == "sqlite":
+        yield {}
+        return
+    if not os.environ.get(DATABASE_URL_ENV):
+        pytest.skip(f"{DATABASE_URL_ENV} is not set")
+    with fresh_postgres() as url:
+        yield {"CORRAL_DATABASE_URL": url}
 
 
 def free_port() -> int:

@@ -89,6 +89,10 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         out["data_dir"] = Path(env["CORRAL_DATA_DIR"])
     if env.get("CORRAL_DATABASE_URL"):
         out["database_url"] = env["CORRAL_DATABASE_URL"]
+    if env.get("CORRAL_LEASE_SECONDS"):
+        out["lease_seconds"] = float(env["CORRAL_LEASE_SECONDS"])
+    if env.get("CORRAL_WORKERS"):
+        out["workers"] = int(env["CORRAL_WORKERS"])
     if env.get("CORRAL_EAGER_SANDBOXES") == "1":
         out["eager_sandboxes"] = True
     if env.get("CORRAL_TEST_DISABLE_FENCING") == "1":

@@ -10,16 +10,20 @@ import pytest
 
 from tests.api.helpers import LOOKUP, assert_log_sound, events, make_session, say, wait_idle
 from tests.fakes.messages_server import FakeModelServer, Text, ToolUse, Turn
-from tests.server import ServerProcess
+from tests.server import ServerProcess, backend_env
 
 BASH = {"type": "agent_toolset_20260401"}
 
 
 @pytest.fixture
-def crashy(tmp_path: Path, fake_model: FakeModelServer) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path / "data", model_url=fake_model.url).start()
-    yield proc
-    proc.stop()
+def crashy(tmp_path: Path, fake_model: FakeModelServer, backend: str) -> Iterator[ServerProcess]:
+    # A short lease so that, on PostgreSQL (where a restarted process must wait out the dead
+    # one's lease), recovery takes seconds.
+    with backend_env(backend) as env:
+        proc = ServerProcess(tmp_path / "data", model_url=fake_model.url,
+                             env={**env, "CORRAL_LEASE_SECONDS": "2"}).start()
+        yield proc
+        proc.stop()
 
 
 def wait_for(client: object, session_id: str, kind: str, timeout: float = 20) -> None:

@@ -1,0 +1,38 @@
+"""Fixtures for the hands tests: LocalHands/ScriptedHands providers and a bwrap skip marker."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from corral.hands.base import SandboxRecipe
+from corral.hands.local import LocalHands
+
+HAVE_BWRAP = shutil.which("bwrap") is not None
+needs_bwrap = pytest.mark.skipif(
+    not HAVE_BWRAP, reason="bubblewrap is not installed (Debian package `bubblewrap`)"
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def local_hands(tmp_path: Path) -> AsyncIterator[LocalHands]:
+    """A LocalHands whose state lives under tmp_path; closed (all sandboxes killed) after."""
+    hands = LocalHands(tmp_path / "hands-state")
+    yield hands
+    await hands.aclose()
+
+
+def make_recipe(tmp_path: Path, name: str = "s1", **kwargs: object) -> SandboxRecipe:
+    """A recipe with workspace/outputs under `tmp_path/name`."""
+    base = tmp_path / name
+    return SandboxRecipe(
+        session_id=name, workspace=base / "workspace", outputs=base / "outputs", **kwargs
+    )  # type: ignore[arg-type]
