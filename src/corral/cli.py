@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,12 +33,12 @@ async def serve_async(settings: Settings, *, ready: Any = None) -> None:
     """Run API + brains (+ local hands) until cancelled."""
     import uvicorn
 
-    from corral.api.app import create_app
+    from corral.api.app import create_asgi
     from corral.runtime import open_runtime
 
     async with open_runtime(settings) as runtime:
         config = uvicorn.Config(
-            create_app(runtime),
+            create_asgi(runtime),
             host=settings.host,
             port=settings.port,
             log_level="warning",
@@ -45,9 +46,18 @@ async def serve_async(settings: Settings, *, ready: Any = None) -> None:
             timeout_graceful_shutdown=2,
         )
         server = uvicorn.Server(config)
+        _tune_gc()
         if ready is not None:
             ready(server)
         await server.serve()
+
+
+def _tune_gc() -> None:
+    """Keep full collections rare and cheap: with thousands of streams and sessions in
+    flight, default thresholds stall the event loop for hundreds of milliseconds."""
+    gc.collect()
+    gc.freeze()  # everything alive after start-up is permanent: never scan it again
+    gc.set_threshold(20_000, 20, 50)
 
 
 @app.command()
@@ -80,6 +90,7 @@ async def worker_async(settings: Settings) -> None:
     from corral.runtime import open_runtime
 
     async with open_runtime(settings) as runtime, anyio.create_task_group() as tg:
+        _tune_gc()
         tg.start_soon(runtime.scheduler.run)
         while True:
             await anyio.sleep(min(settings.sandbox_idle_seconds / 4, 30.0))

@@ -25,7 +25,7 @@ class Settings:
     data_dir: Path = Path(".corral")
     database_url: str | None = None
     api_keys: tuple[str, ...] = ()
-    workers: int = 64
+    workers: int = 256
     """Concurrent brain slots in this process (0 = API only)."""
     lease_seconds: float = 10.0
     sandbox_idle_seconds: float = 600.0

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from corral import __version__
 from corral.api import files, resources, sessions
 from corral.api.http import error_response
+from corral.api.stream import StreamRouter
 from corral.errors import ApiError, NotFound, Unauthorized
 from corral.runtime import Runtime
 
@@ -62,15 +63,24 @@ def create_app(runtime: Runtime) -> Starlette:
 
     async def admin_status(request: Request) -> Response:
         queue = await runtime.store.queue_status()
-        return JSONResponse({
-            "version": __version__,
-            "queue": {"pending": queue.pending, "leased": queue.leased,
-                      "expired": queue.expired},
-            "brains": {"owner": runtime.scheduler.owner,
-                       "slots": runtime.scheduler.concurrency},
-            "sandboxes": {"live": runtime.sandboxes.live,
-                          "provisioned_total": runtime.sandboxes.provisioned},
-        })
+        return JSONResponse(
+            {
+                "version": __version__,
+                "queue": {
+                    "pending": queue.pending,
+                    "leased": queue.leased,
+                    "expired": queue.expired,
+                },
+                "brains": {
+                    "owner": runtime.scheduler.owner,
+                    "slots": runtime.scheduler.concurrency,
+                },
+                "sandboxes": {
+                    "live": runtime.sandboxes.live,
+                    "provisioned_total": runtime.sandboxes.provisioned,
+                },
+            }
+        )
 
     async def not_found(request: Request, exc: Any) -> Response:
         return error_response(NotFound(f"no route for {request.method} {request.url.path}"))
@@ -90,8 +100,13 @@ def create_app(runtime: Runtime) -> Starlette:
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: not_found, ApiError: api_error},
     )
-    app.add_middleware(ApiKeyAuth, keys=runtime.settings.api_keys)
     return app
+
+
+def create_asgi(runtime: Runtime) -> ASGIApp:
+    """The full server: API key check -> SSE tails (bare ASGI) -> the Starlette app."""
+    app = create_app(runtime)
+    return ApiKeyAuth(StreamRouter(app, runtime.store, error_response), runtime.settings.api_keys)
 
 
 async def _reap_sandboxes(runtime: Runtime) -> None:

@@ -9,7 +9,6 @@ from starlette.routing import Route
 
 from corral.api.http import json_route, parse_body, query_int, query_list, query_order
 from corral.api.resources import list_page
-from corral.api.stream import stream_events
 from corral.errors import BadRequest
 from corral.runtime import Runtime
 from corral.store.base import SessionFilter
@@ -77,11 +76,6 @@ def routes(runtime: Runtime) -> list[Route]:
             created=created,
         )
 
-    async def stream(request: Request) -> Any:
-        session_id = request.path_params["session_id"]
-        await sessions.row(session_id)
-        return stream_events(runtime.store, session_id, set(query_list(request, "event_deltas")))
-
     async def add_resource(request: Request) -> Any:
         session_id = request.path_params["session_id"]
         body = await parse_body(request, FileResource)
@@ -129,7 +123,6 @@ def routes(runtime: Runtime) -> list[Route]:
         Route("/v1/sessions/{session_id}/archive", json_route(archive), methods=["POST"]),
         Route("/v1/sessions/{session_id}/events", json_route(send), methods=["POST"]),
         Route("/v1/sessions/{session_id}/events", json_route(list_events), methods=["GET"]),
-        Route("/v1/sessions/{session_id}/events/stream", json_route(stream), methods=["GET"]),
     ]
 
 

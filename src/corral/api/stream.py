@@ -1,20 +1,35 @@
 """SSE live tail of a session's log: every persisted event after the stream opened, in order,
-plus optional previews. The log is the source of truth; signals only say "read again".
+plus optional previews. The log is the source of truth; signals say "look again" and, when the
+appender is in this process, carry the new events so an up-to-date stream needs no read.
+
+Served as a bare ASGI callable (see `StreamRouter`) rather than through Starlette's response
+and middleware stack: thousands of idle streams are held at once, so per-stream memory counts.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import re
+from collections import OrderedDict
 from typing import Any
+from urllib.parse import parse_qsl
 
-from starlette.responses import StreamingResponse
+import anyio
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from corral.errors import ApiError, NotFound
 from corral.ids import new_id, now_rfc3339
-from corral.session.log import EventQuery, NewEvents, Preview, SessionGone
+from corral.session.log import EventQuery, NewEvents, Preview, SessionGone, StoredEvent
 from corral.store.base import Store
 
 PING_SECONDS = 15.0
+_PATH = re.compile(r"^/v1/sessions/(?P<sid>[^/]+)/events/stream/?$")
+_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 
 
 def frame(name: str, data: dict[str, Any]) -> bytes:
@@ -22,45 +37,114 @@ def frame(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def stream_events(store: Store, session_id: str, deltas: set[str]) -> StreamingResponse:
-    """A streaming response that tails the session until the client leaves."""
-    sub = store.subscribe(session_id)
+class _FrameCache:
+    """Encode each stored event once, however many streams send it."""
 
-    async def body() -> AsyncIterator[bytes]:
+    def __init__(self, size: int = 4096) -> None:
+        self._frames: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._size = size
+
+    def get(self, event: StoredEvent) -> bytes:
+        key = (event.session_id, event.seq)
+        found = self._frames.get(key)
+        if found is None:
+            found = self._frames[key] = frame(event.type, event.body)
+            if len(self._frames) > self._size:
+                self._frames.popitem(last=False)
+        return found
+
+
+class StreamRouter:
+    """In front of the app: GET /v1/sessions/{id}/events/stream goes straight to the tail.
+
+    Authentication has already run (the key check wraps this router).
+    """
+
+    def __init__(self, app: ASGIApp, store: Store, render_error: Any) -> None:
+        self.app = app
+        self.store = store
+        self.render_error = render_error
+        self.frames = _FrameCache()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = _PATH.match(scope.get("path", "")) if scope["type"] == "http" else None
+        if match is None or scope.get("method") != "GET":
+            await self.app(scope, receive, send)
+            return
+        session_id = match.group("sid")
         try:
-            position = await store.last_seq(session_id)
-            yield b": connected\n\n"
-            while True:
-                signals = await sub.next(PING_SECONDS)
-                if not signals:
-                    yield frame("ping", {"type": "ping"})
-                    continue
-                for signal in signals:
-                    if isinstance(signal, SessionGone):
-                        yield frame(
+            if await self.store.get_session(session_id) is None:
+                raise NotFound(f"session {session_id} not found")
+        except ApiError as exc:
+            await self.render_error(exc)(scope, receive, send)
+            return
+        query = parse_qsl(scope.get("query_string", b"").decode(), keep_blank_values=False)
+        deltas = {v for k, v in query if k in ("event_deltas[]", "event_deltas")}
+        await self._tail(session_id, deltas, receive, send)
+
+    async def _tail(self, session_id: str, deltas: set[str], receive: Receive, send: Send) -> None:
+        sub = self.store.subscribe(session_id)
+        try:
+            position = await self.store.last_seq(session_id)
+            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+            await send(
+                {"type": "http.response.body", "body": b": connected\n\n", "more_body": True}
+            )
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
+                await self._pump(session_id, sub, position, deltas, send)
+                tg.cancel_scope.cancel()
+        except OSError:
+            pass  # the client went away mid-write
+        finally:
+            sub.close()
+
+    async def _pump(
+        self, session_id: str, sub: Any, position: int, deltas: set[str], send: Send
+    ) -> None:
+        while True:
+            signals = await sub.next(PING_SECONDS)
+            if not signals:
+                await _write(send, _PING)
+                continue
+            for signal in signals:
+                if isinstance(signal, SessionGone):
+                    await _write(
+                        send,
+                        frame(
                             "session.deleted",
                             {
                                 "id": new_id("sevt"),
                                 "type": "session.deleted",
                                 "processed_at": now_rfc3339(),
                             },
+                        ),
+                    )
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
+                if isinstance(signal, Preview):
+                    if _wanted(signal.body, deltas):
+                        await _write(send, frame(signal.body["type"], signal.body))
+                elif isinstance(signal, NewEvents) and signal.last_seq > position:
+                    events = signal.events
+                    if not events or events[0].seq != position + 1:
+                        events = tuple(
+                            await self.store.read(session_id, EventQuery(after_seq=position))
                         )
-                        return
-                    if isinstance(signal, Preview):
-                        if _wanted(signal.body, deltas):
-                            yield frame(signal.body["type"], signal.body)
-                    elif isinstance(signal, NewEvents) and signal.last_seq > position:
-                        for event in await store.read(session_id, EventQuery(after_seq=position)):
+                    for event in events:
+                        if event.seq > position:
                             position = event.seq
-                            yield frame(event.type, event.body)
-        finally:
-            sub.close()
+                            await _write(send, self.frames.get(event))
 
-    return StreamingResponse(
-        body(),
-        media_type="text/event-stream",
-        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-    )
+
+async def _write(send: Send, body: bytes) -> None:
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
 
 
 def _wanted(preview: dict[str, Any], deltas: set[str]) -> bool:

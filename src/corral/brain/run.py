@@ -11,10 +11,11 @@ import anyio
 from corral.brain.sandboxes import SandboxPool
 from corral.brain.state import SessionState, fold
 from corral.models.base import ModelClient
-from corral.session.log import EventQuery, Fence, StoredEvent
+from corral.session.log import EventQuery, Fence, NewEvents, StoredEvent, Subscription
 from corral.store.base import SessionRow, Store
 
 T = TypeVar("T")
+_WATCH_SECONDS = 5.0
 
 
 class ModelDirectory(Protocol):
@@ -95,6 +96,27 @@ class Run:
         else:
             await self.refresh()  # others appended in between: read the gap in order
 
+    async def _interrupt_signalled(self, sub: Subscription, start: int) -> bool:
+        """Wait for the next signals; True if they (or, when unsure, the log) hold an interrupt.
+
+        Previews are ignored and events carried by a local signal are inspected in place, so
+        a streaming model response costs no reads; a bare signal (another process appended)
+        or a quiet spell triggers one filtered read.
+        """
+        signals = await sub.next(_WATCH_SECONDS)
+        new = [s for s in signals if isinstance(s, NewEvents)]
+        if signals and not new:
+            return False
+        if new and all(s.events for s in new):
+            return any(e.type == "user.interrupt" for s in new for e in s.events)
+        return await self._interrupt_in_log(start)
+
+    async def _interrupt_in_log(self, start: int) -> bool:
+        found = await self.deps.store.read(
+            self.fence.session_id, EventQuery(after_seq=start, types=["user.interrupt"])
+        )
+        return bool(found)
+
     async def interruptible(self, work: Callable[[], Awaitable[T]]) -> tuple[T | None, bool]:
         """Run `work`, cancelling it if a `user.interrupt` is appended meanwhile."""
         result: list[T] = []
@@ -104,12 +126,13 @@ class Run:
 
         async def watch(scope: anyio.CancelScope) -> None:
             nonlocal interrupted
+            # An interrupt appended before we subscribed sent its signal to nobody: look once.
+            if await self._interrupt_in_log(start):
+                interrupted = True
+                scope.cancel()
+                return
             while True:
-                await sub.next(1.0)
-                found = await self.deps.store.read(
-                    self.fence.session_id, EventQuery(after_seq=start, types=["user.interrupt"])
-                )
-                if found:
+                if await self._interrupt_signalled(sub, start):
                     interrupted = True
                     scope.cancel()
                     return

@@ -31,29 +31,45 @@ class Scheduler:
         self.concurrency = concurrency
         self.poll_seconds = poll_seconds
         self.owner = worker_name()
-        self._slots = anyio.Semaphore(max(concurrency, 1))
+        self._busy = 0
+        self._slot_freed = anyio.Event()
+
+    @property
+    def busy(self) -> int:
+        """Sessions being driven right now."""
+        return self._busy
 
     async def run(self) -> None:
-        """Claim and drive sessions until cancelled."""
+        """Claim and drive sessions until cancelled.
+
+        Claims are batched (as many as there are free slots) so that a burst of wakes costs
+        one transaction, not one per session.
+        """
         if self.concurrency <= 0:
             return
         async with anyio.create_task_group() as tg:
             while True:
-                await self._slots.acquire()
-                fence = await self._claim()
-                if fence is None:
-                    self._slots.release()
+                free = self.concurrency - self._busy
+                if free <= 0:
+                    await self._slot_freed.wait()
+                    continue
+                fences = await self._claim(free)
+                if not fences:
                     await self.deps.store.wait_for_work(self.poll_seconds)
                     continue
-                tg.start_soon(self._drive, fence)
+                for fence in fences:
+                    self._busy += 1
+                    tg.start_soon(self._drive, fence)
 
-    async def _claim(self) -> Fence | None:
+    async def _claim(self, limit: int) -> list[Fence]:
         try:
-            return await self.deps.store.claim(self.owner, self.deps.settings.lease_seconds)
+            return await self.deps.store.claim_many(
+                self.owner, self.deps.settings.lease_seconds, limit
+            )
         except Exception:
             log.exception("claim failed")
             await anyio.sleep(self.poll_seconds)
-            return None
+            return []
 
     async def _drive(self, fence: Fence) -> None:
         try:
@@ -66,4 +82,6 @@ class Scheduler:
                     await self.deps.store.release(fence)
                 except Exception:
                     log.exception("release failed on %s", fence.session_id)
-            self._slots.release()
+            self._busy -= 1
+            self._slot_freed.set()
+            self._slot_freed = anyio.Event()

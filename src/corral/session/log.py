@@ -56,9 +56,14 @@ class EventQuery:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewEvents:
-    """Signal: the session's log now ends at `last_seq`."""
+    """Signal: the session's log now ends at `last_seq`.
+
+    `events` carries what was just committed when the appender is in this process, so an
+    up-to-date follower needs no read; empty when the signal came from elsewhere.
+    """
 
     last_seq: int
+    events: tuple[StoredEvent, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,6 +28,10 @@ class WorkQueue(Protocol):
         """Atomically take one due session whose lease is free or expired; bumps the token."""
         ...
 
+    async def claim_many(self, owner: str, lease_seconds: float, limit: int) -> list[Fence]:
+        """Like `claim`, for up to `limit` sessions in one round trip (bursts of wakes)."""
+        ...
+
     async def heartbeat(self, fence: Fence, lease_seconds: float) -> bool:
         """Extend the lease; False when it was lost (expired and taken, or released)."""
         ...

@@ -104,7 +104,7 @@ class PostgresStore:
         async with self.pool.connection() as conn, conn.transaction():
             stored = await q.append_events(conn, session_id, bodies, fence, wake, check=check)
         if stored:
-            self.hub.publish(session_id, NewEvents(last_seq=stored[-1].seq))
+            self.hub.publish(session_id, NewEvents(last_seq=stored[-1].seq, events=tuple(stored)))
         if wake:
             self._signal_work()
         return stored
@@ -166,8 +166,13 @@ class PostgresStore:
 
     async def claim(self, owner: str, lease_seconds: float) -> Fence | None:
         """Take one due session (`FOR UPDATE SKIP LOCKED`), bumping its token."""
+        found = await self.claim_many(owner, lease_seconds, 1)
+        return found[0] if found else None
+
+    async def claim_many(self, owner: str, lease_seconds: float, limit: int) -> list[Fence]:
+        """Take up to `limit` due sessions in one statement."""
         async with self.pool.connection() as conn:
-            return await q.claim(conn, owner, lease_seconds)
+            return await q.claim(conn, owner, lease_seconds, limit)
 
     async def heartbeat(self, fence: Fence, lease_seconds: float) -> bool:
         """Extend the lease if it is still ours and unexpired."""

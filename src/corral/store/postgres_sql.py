@@ -174,23 +174,23 @@ async def mark_pending(conn: Conn, session_id: str, delay: float) -> None:
     await notify(conn, WORK_CHANNEL, session_id)
 
 
-async def claim(conn: Conn, owner: str, lease_seconds: float) -> Fence | None:
-    """Take one due session whose lease is free or expired; rows being claimed are skipped."""
-    row = await fetchone(
-        conn,
-        "WITH next AS (SELECT session_id FROM session_work WHERE "
-        "(pending AND due_at <= clock_timestamp() "
-        " AND (owner IS NULL OR lease_expires < clock_timestamp())) "
-        "OR (owner IS NOT NULL AND lease_expires < clock_timestamp()) "
-        "ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
-        "UPDATE session_work w SET owner = %s, token = w.token + 1, pending = FALSE, "
-        "lease_expires = clock_timestamp() + make_interval(secs => %s) "
-        "FROM next WHERE w.session_id = next.session_id RETURNING w.session_id, w.token",
-        (owner, float(lease_seconds)),
-    )
-    if row is None:
-        return None
-    return Fence(session_id=row[0], owner=owner, token=int(row[1]))
+async def claim(conn: Conn, owner: str, lease_seconds: float, limit: int = 1) -> list[Fence]:
+    """Take up to `limit` due sessions whose lease is free or expired; rows being claimed by
+    others are skipped."""
+    async with conn.cursor() as cur:
+        await cur.execute(
+            "WITH next AS (SELECT session_id FROM session_work WHERE "
+            "(pending AND due_at <= clock_timestamp() "
+            " AND (owner IS NULL OR lease_expires < clock_timestamp())) "
+            "OR (owner IS NOT NULL AND lease_expires < clock_timestamp()) "
+            "ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED) "
+            "UPDATE session_work w SET owner = %s, token = w.token + 1, pending = FALSE, "
+            "lease_expires = clock_timestamp() + make_interval(secs => %s) "
+            "FROM next WHERE w.session_id = next.session_id RETURNING w.session_id, w.token",
+            (max(limit, 1), owner, float(lease_seconds)),
+        )
+        rows = await cur.fetchall()
+    return [Fence(session_id=r[0], owner=owner, token=int(r[1])) for r in rows]
 
 
 async def release(conn: Conn, fence: Fence) -> bool:

@@ -82,7 +82,7 @@ class SqliteStore:
             lambda c: _append(c, session_id, bodies, fence, wake, check=fencing)
         )
         if stored:
-            self.hub.publish(session_id, NewEvents(last_seq=stored[-1].seq))
+            self.hub.publish(session_id, NewEvents(last_seq=stored[-1].seq, events=tuple(stored)))
         if wake:
             self._signal_work()
         return stored
@@ -120,7 +120,12 @@ class SqliteStore:
 
     async def claim(self, owner: str, lease_seconds: float) -> Fence | None:
         """Take one due session atomically (the single writer serialises claims)."""
-        return await self.db.write(lambda c: _claim(c, owner, lease_seconds))
+        found = await self.claim_many(owner, lease_seconds, 1)
+        return found[0] if found else None
+
+    async def claim_many(self, owner: str, lease_seconds: float, limit: int) -> list[Fence]:
+        """Take up to `limit` due sessions in one transaction."""
+        return await self.db.write(lambda c: _claim(c, owner, lease_seconds, limit))
 
     async def heartbeat(self, fence: Fence, lease_seconds: float) -> bool:
         """Extend the lease if it is still ours and unexpired."""
@@ -451,23 +456,23 @@ def _mark_pending(conn: sqlite3.Connection, session_id: str, due: float) -> None
     )
 
 
-def _claim(conn: sqlite3.Connection, owner: str, lease_seconds: float) -> Fence | None:
+def _claim(conn: sqlite3.Connection, owner: str, lease_seconds: float, limit: int) -> list[Fence]:
     now = time.time()
-    row = conn.execute(
+    rows = conn.execute(
         "SELECT session_id, token FROM session_work WHERE "
         "(pending = 1 AND due_at <= ? AND (owner IS NULL OR lease_expires < ?)) "
-        "OR (owner IS NOT NULL AND lease_expires < ?) ORDER BY due_at LIMIT 1",
-        (now, now, now),
-    ).fetchone()
-    if row is None:
-        return None
-    token = int(row[1]) + 1
-    conn.execute(
-        "UPDATE session_work SET owner = ?, token = ?, lease_expires = ?, pending = 0 "
-        "WHERE session_id = ?",
-        (owner, token, now + lease_seconds, row[0]),
-    )
-    return Fence(session_id=row[0], owner=owner, token=token)
+        "OR (owner IS NOT NULL AND lease_expires < ?) ORDER BY due_at LIMIT ?",
+        (now, now, now, max(limit, 1)),
+    ).fetchall()
+    fences = []
+    for session_id, token in rows:
+        conn.execute(
+            "UPDATE session_work SET owner = ?, token = ?, lease_expires = ?, pending = 0 "
+            "WHERE session_id = ?",
+            (owner, int(token) + 1, now + lease_seconds, session_id),
+        )
+        fences.append(Fence(session_id=session_id, owner=owner, token=int(token) + 1))
+    return fences
 
 
 def _put_agent_version(

@@ -8,11 +8,11 @@ Knows no table semantics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import sqlite3
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,9 +70,10 @@ class SqliteDatabase:
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn` in the writer's next transaction; returns after COMMIT."""
-        future: Future[T] = Future()
-        self._ops.put((fn, future))
-        return await asyncio.wrap_future(future)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._ops.put((fn, loop, future))
+        return await future
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn` on this worker thread's reader connection."""
@@ -106,25 +107,49 @@ class SqliteDatabase:
             self._run_batch(conn, batch)
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
-        outcomes: list[tuple[Future[Any], bool, Any]] = []
+        outcomes: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for fn, future in batch:
-                outcomes.append((future, *_run_in_savepoint(conn, fn)))
+            if len(batch) == 1:  # nothing to isolate it from: the transaction is its savepoint
+                outcomes.append(_run_alone(conn, batch[0][0]))
+            else:
+                outcomes.extend(_run_in_savepoint(conn, op[0]) for op in batch)
             conn.execute("COMMIT")
             self.commits += 1
         except BaseException as exc:  # the whole batch failed to commit: fail every op
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            for _fn, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for future, ok, value in outcomes:
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+            outcomes = [(False, exc)] * len(batch)
+        _resolve(batch, outcomes)
+
+
+def _run_alone(conn: sqlite3.Connection, fn: WriteFn) -> tuple[bool, Any]:
+    try:
+        return True, fn(conn)
+    except Exception as exc:
+        conn.execute("ROLLBACK")
+        conn.execute("BEGIN IMMEDIATE")
+        return False, exc
+
+
+def _resolve(batch: list[Any], outcomes: list[tuple[bool, Any]]) -> None:
+    """Hand results back with one wake-up per event loop, not one per operation."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, bool, Any]]] = {}
+    for (_fn, loop, future), (ok, value) in zip(batch, outcomes, strict=True):
+        by_loop.setdefault(loop, []).append((future, ok, value))
+    for loop, items in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting any more
+            loop.call_soon_threadsafe(_settle, items)
+
+
+def _settle(items: list[tuple[Any, bool, Any]]) -> None:
+    for future, ok, value in items:
+        if future.done():
+            continue  # the waiter was cancelled; the write itself stands
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
 
 
 def _run_in_savepoint(conn: sqlite3.Connection, fn: WriteFn) -> tuple[bool, Any]:
