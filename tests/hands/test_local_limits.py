@@ -127,3 +127,13 @@ async def test_cpu_limit(local_hands: LocalHands, tmp_path: Path) -> None:
     assert err and "CPU time limit of 1s exceeded" in text
     text, err = await bash(sandbox, "echo fine")
     assert (text, err) == ("fine", False)
+
+
+@pytest.mark.slow
+async def test_catastrophic_grep_regex_is_stopped(local_hands: LocalHands, tmp_path: Path) -> None:
+    sandbox = await local_hands.provision(make_recipe(tmp_path))
+    await sandbox.execute("write", {"file_path": "a.txt", "content": "a" * 40 + "!\n"})
+    out = await sandbox.execute("grep", {"pattern": "^(a+)+$"})
+    assert out.is_error and out.content[0]["text"] == "grep: timed out after 30s"
+    out = await sandbox.execute("grep", {"pattern": "a!"})
+    assert out.content[0]["text"] == f"/workspace/a.txt:1:{'a' * 40}!"

@@ -1,0 +1,206 @@
+"""Starting one bubblewrap sandbox: host-side parts (proxy, cgroups), bwrap, cgroup placement.
+
+bwrap blocks on `--block-fd` until its init is in the cgroups, and gets an empty environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from corral.errors import HandsError
+from corral.hands import _bwrap, _cgroup
+from corral.hands._agent.wire import encode_request
+from corral.hands._egress import PACKAGE_MANAGER_HOSTS, EgressProxy, HostPolicy
+from corral.hands._seccomp import build_filter
+from corral.hands.base import SandboxRecipe
+
+INFRA_TASKS = 16
+"""Tasks (bwrap init, agent, shell, proxy relay threads) allowed on top of `max_processes`."""
+
+
+def check_recipe(recipe: SandboxRecipe) -> None:
+    """Create the recipe's directories and refuse mounts that cannot work.
+
+    Raises:
+        HandsError: `invalid_recipe`.
+    """
+    for d in (recipe.workspace, recipe.outputs):
+        d.mkdir(parents=True, exist_ok=True)
+    for mount in recipe.mounts:
+        _bwrap.check_sandbox_path(mount.sandbox_path)
+        if not mount.host_path.exists():
+            msg = f"mount source {mount.host_path} does not exist"
+            raise HandsError("invalid_recipe", msg, retryable=False)
+
+
+class Parts:
+    """Host-side resources of one sandbox (egress proxy, cgroups), released together."""
+
+    def __init__(self, *, sandbox_id: str, leftovers: list[_cgroup.SandboxCgroup]) -> None:
+        self.sandbox_id = sandbox_id
+        self._leftovers = leftovers
+        """Where cgroups that would not go away yet are left for a later `remove()`."""
+        self.run_dir: Path | None = None
+        self.proxy: EgressProxy | None = None
+        self.cgroup: _cgroup.SandboxCgroup | None = None
+        self._released = False
+
+    async def make(
+        self,
+        layout: _bwrap.HostLayout,
+        recipe: SandboxRecipe,
+        cgroups: _cgroup.CgroupSetup | None,
+    ) -> None:
+        """Start the egress proxy (networking `limited`) and create the cgroups (if usable)."""
+        net = recipe.networking
+        if net.type == "limited":
+            extra = PACKAGE_MANAGER_HOSTS if net.allow_package_managers else ()
+            self.run_dir = layout.state_dir / "run" / self.sandbox_id
+            self.run_dir.mkdir()
+            self.proxy = EgressProxy(HostPolicy([*net.allowed_hosts, *extra]))
+            await self.proxy.start(self.run_dir / "egress.sock")
+        if cgroups is not None:
+            try:
+                self.cgroup = cgroups.create(
+                    self.sandbox_id,
+                    memory_bytes=recipe.limits.memory_bytes,
+                    max_tasks=recipe.limits.max_processes + INFRA_TASKS,
+                )
+            except OSError as e:
+                raise HandsError("provision_failed", f"cgroup setup failed: {e}") from e
+
+    async def release(self) -> None:
+        """Stop the proxy and remove the cgroups once empty; idempotent."""
+        if self._released:
+            return
+        self._released = True
+        if self.proxy is not None:
+            await self.proxy.aclose()
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+            for _ in range(200):
+                if self.cgroup.remove():
+                    return
+                await anyio.sleep(0.005)
+            self._leftovers.append(self.cgroup)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Spawned:
+    """A started bwrap: its process, and the sandbox init's host pid and pidfd."""
+
+    proc: asyncio.subprocess.Process
+    init_pid: int
+    init_fd: int
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+async def _read_info(fd: int) -> int:
+    """The sandbox init's host pid from bwrap's `--info-fd` JSON (takes ownership of fd)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    try:
+        data = await reader.readuntil(b"}")
+    finally:
+        transport.close()
+    return int(json.loads(data)["child-pid"])
+
+
+async def spawn(layout: _bwrap.HostLayout, recipe: SandboxRecipe, parts: Parts) -> Spawned:
+    """Start bwrap, place the sandbox in its cgroups, then let it run the agent.
+
+    Raises:
+        HandsError: `provision_failed` when bwrap gives up before reporting its child.
+    """
+    proxy_socket = parts.run_dir / "egress.sock" if parts.run_dir else None
+    env = _bwrap.sandbox_env(recipe, proxy=proxy_socket is not None)
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe() if parts.cgroup else (-1, -1)
+    fds = {"seccomp": _memfd("seccomp", build_filter()), "info": info_w}
+    if parts.cgroup:
+        fds["block"] = block_r
+    try:
+        args = _bwrap.build_args(layout, recipe, env=env, fds=fds, proxy_socket=proxy_socket)
+        fds["args"] = _memfd("bwrap-args", b"".join(a.encode() + b"\0" for a in args))
+        proc = await asyncio.create_subprocess_exec(
+            layout.bwrap, "--args", str(fds["args"]), *_bwrap.command(layout),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
+        )  # fmt: skip
+    except BaseException:
+        os.close(info_r)
+        if block_w >= 0:
+            os.close(block_w)
+        raise
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    try:
+        return await _release(proc, info_r, block_w, recipe, parts)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+        raise
+
+
+async def _release(
+    proc: asyncio.subprocess.Process, info_r: int, block_w: int, recipe: SandboxRecipe, parts: Parts
+) -> Spawned:
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(encode_request(agent_config(recipe, parts)))
+        try:
+            init_pid = await _read_info(info_r)
+        except (asyncio.IncompleteReadError, ValueError, KeyError) as e:
+            await proc.wait()
+            assert proc.stderr is not None
+            err = (await proc.stderr.read(4096)).decode(errors="replace").strip()
+            msg = f"bubblewrap failed: {err or e}"
+            raise HandsError("provision_failed", msg, retryable=False) from None
+        init_fd = os.pidfd_open(init_pid)
+        if parts.cgroup:
+            parts.cgroup.attach(init_pid)
+            os.write(block_w, b"1")
+        return Spawned(proc=proc, init_pid=init_pid, init_fd=init_fd)
+    finally:
+        if block_w >= 0:
+            os.close(block_w)
+
+
+def agent_config(recipe: SandboxRecipe, parts: Parts) -> dict[str, Any]:
+    """The first frame the agent reads: where it works and which limits it applies."""
+    limits = recipe.limits
+    proxy = {"port": _bwrap.PROXY_PORT, "socket": _bwrap.PROXY_SOCKET} if parts.proxy else None
+    return {
+        "workdir": _bwrap.WORKDIR,
+        "read_only": [m.sandbox_path for m in recipe.mounts if m.read_only],
+        "limits": {
+            "cpu_seconds": limits.cpu_seconds,
+            "memory_bytes": limits.memory_bytes,
+            "max_processes": limits.max_processes,
+            "output_bytes": limits.output_bytes,
+            "rlimit_as": parts.cgroup is None,
+        },
+        "proxy": proxy,
+    }
