@@ -114,7 +114,8 @@ async def test_filesystem_view(local_hands: LocalHands, tmp_path: Path) -> None:
     await other.execute("write", {"file_path": "secret.txt", "content": "other-secret"})
     sandbox = await local_hands.provision(make_recipe(tmp_path, "mine"))
     text, _ = await bash(sandbox, "ls -A /")
-    expected = {".corral", "dev", "etc", "mnt", "proc", "tmp", "usr", "var", "workspace"}
+    # /run holds only the egress proxy socket (every networking mode but "none" has one)
+    expected = {".corral", "dev", "etc", "mnt", "proc", "run", "tmp", "usr", "var", "workspace"}
     assert set(text.split()) == expected | _top_level_links()
     for probe in (
         f"ls {tmp_path}",

@@ -84,9 +84,26 @@ async def test_none_has_no_network(
     assert text.startswith("0"), "no proxy settings without limited networking"
 
 
-async def test_unrestricted_shares_the_host_network(
+async def test_unrestricted_cannot_reach_the_hosts_internal_services(
     local_hands: LocalHands, tmp_path: Path, host_server: int
 ) -> None:
+    """`unrestricted` means the public internet, never the host's loopback (database, API)."""
     net = Networking(type="unrestricted")
     sandbox = await local_hands.provision(make_recipe(tmp_path, networking=net))
-    assert await bash(sandbox, curl(host_server)) == ("hello from the host /x", False)
+    text, _ = await bash(sandbox, curl(host_server))
+    assert "sandboxes may only reach public addresses" in text, text
+    assert "hello from the host" not in text
+    direct, err = await bash(sandbox, f"curl -sS --noproxy '*' http://127.0.0.1:{host_server}/x")
+    assert err, f"a direct connection must fail, got {direct!r}"
+    text, _ = await bash(sandbox, "env | grep -c '^https_proxy='")
+    assert text.strip() == "1"
+
+
+def test_only_public_addresses_count_as_public() -> None:
+    from corral.hands._egress import is_public
+
+    for internal in ("127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
+                     "::1", "fe80::1", "fc00::1", "0.0.0.0", "::ffff:127.0.0.1", "100.64.0.1"):
+        assert not is_public(internal), internal
+    for public in ("1.1.1.1", "8.8.8.8", "2606:4700:4700::1111"):
+        assert is_public(public), public

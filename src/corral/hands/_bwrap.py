@@ -192,9 +192,9 @@ def build_args(
     The command (see `command`) must follow on the real argv: bwrap does not take it from FD.
     """
     limits = recipe.limits
+    # Never --share-net: the host's loopback holds the database and the API. Every sandbox
+    # has an empty network namespace and leaves only through the egress proxy.
     args = ["--unshare-all", "--unshare-user", "--disable-userns"]
-    if recipe.networking.type == "unrestricted":
-        args.append("--share-net")
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     args += ["--uid", str(UID), "--gid", str(GID), "--hostname", HOSTNAME, "--clearenv"]
     for key, value in env.items():

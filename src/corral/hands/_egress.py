@@ -1,12 +1,18 @@
-"""HTTP(S) egress proxy for `limited` sandboxes, in the server, on one unix socket per sandbox.
+"""HTTP(S) egress proxy for sandboxes, in the server, on one unix socket per sandbox.
 
-Allows CONNECT/GET to allowed hosts (exact or `*.suffix`), 403 otherwise; holds no credentials.
+Sandboxes never share the host's network namespace: this proxy is their only way out.
+`limited`: CONNECT/GET to allowed hosts (exact or `*.suffix`), 403 otherwise.
+`unrestricted`: any method to any host whose every address is public; loopback, private,
+link-local and other internal addresses are refused (the server's database and API listen
+there), and the connection goes to the address that was checked (no DNS rebinding).
+Holds no credentials.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import socket
 from collections.abc import Iterable
@@ -30,16 +36,44 @@ def _norm(host: str) -> str:
 
 
 class HostPolicy:
-    """Allowed hosts: exact names/IPs, or `*.example.com` for any subdomain of example.com."""
+    """Allowed hosts: exact names/IPs, or `*.example.com` for any subdomain of example.com.
 
-    def __init__(self, allowed: Iterable[str]) -> None:
+    With `public=True` (networking `unrestricted`) any host with only public addresses is
+    allowed too, and any method may be used.
+    """
+
+    def __init__(self, allowed: Iterable[str], *, public: bool = False) -> None:
         rules = [_norm(h) for h in allowed if h.strip()]
         self.exact = frozenset(r for r in rules if not r.startswith("*."))
         self.suffixes = tuple("." + r[2:] for r in rules if r.startswith("*."))
+        self.public = public
 
     def allows(self, host: str) -> bool:
+        """Explicitly listed (reachable whatever its address)."""
         host = _norm(host)
         return bool(host) and (host in self.exact or host.endswith(self.suffixes))
+
+
+def is_public(address: str) -> bool:
+    """Whether an IP address is globally routable (not loopback/private/link-local/…)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+async def public_address(host: str, port: int) -> str | None:
+    """The first address of `host` if every address it resolves to is public, else None."""
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host, port, type=socket.SOCK_STREAM
+        )
+    except OSError:
+        return None
+    addresses = [str(info[4][0]) for info in infos]
+    if not addresses or not all(is_public(a) for a in addresses):
+        return None
+    return addresses[0]
 
 
 def _response(status: str, message: str) -> bytes:
@@ -122,6 +156,28 @@ class EgressProxy:
             self._writers.discard(writer)
             writer.close()
 
+    async def _admit(
+        self, writer: asyncio.StreamWriter, method: str, host: str, port: int
+    ) -> str | None:
+        """Where to connect for this request, or None after writing the refusal."""
+        if self.policy.allows(host):
+            if method not in ("CONNECT", "GET") and not self.policy.public:
+                await _refuse(writer, "405 Method Not Allowed", f"{method} is not allowed")
+                return None
+            return host
+        if not self.policy.public:
+            if method not in ("CONNECT", "GET"):
+                await _refuse(writer, "405 Method Not Allowed", f"{method} is not allowed")
+            else:
+                await _refuse(writer, "403 Forbidden", f"host {host!r} is not in allowed_hosts")
+            return None
+        address = await public_address(host, port)
+        if address is None:
+            await _refuse(writer, "403 Forbidden",
+                          f"host {host!r} is internal or does not resolve; sandboxes may only "
+                          "reach public addresses")
+        return address
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT)
         request_line, *header_lines = head[:-4].split(b"\r\n")
@@ -131,15 +187,12 @@ class EgressProxy:
         except ValueError as e:
             writer.write(_response("400 Bad Request", str(e) or "malformed request line"))
             return
-        if method not in ("CONNECT", "GET"):
-            writer.write(_response("405 Method Not Allowed", f"{method} is not allowed"))
-            return
-        if not self.policy.allows(host):
-            writer.write(_response("403 Forbidden", f"host {host!r} is not in allowed_hosts"))
+        target_address = await self._admit(writer, method, host, port)
+        if target_address is None:
             return
         try:
             up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), _CONNECT_TIMEOUT
+                asyncio.open_connection(target_address, port), _CONNECT_TIMEOUT
             )
         except (OSError, TimeoutError) as e:
             writer.write(_response("502 Bad Gateway", f"cannot connect to {host}:{port}: {e}"))
@@ -154,6 +207,10 @@ class EgressProxy:
         finally:
             self._writers.discard(up_writer)
             up_writer.close()
+
+
+async def _refuse(writer: asyncio.StreamWriter, status: str, message: str) -> None:
+    writer.write(_response(status, message))
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -59,13 +59,14 @@ class Parts:
         recipe: SandboxRecipe,
         cgroups: _cgroup.CgroupSetup | None,
     ) -> None:
-        """Start the egress proxy (networking `limited`) and create the cgroups (if usable)."""
+        """Start the egress proxy (any networking but `none`) and create the cgroups."""
         net = recipe.networking
-        if net.type == "limited":
+        if net.type != "none":
             extra = PACKAGE_MANAGER_HOSTS if net.allow_package_managers else ()
             self.run_dir = layout.state_dir / "run" / self.sandbox_id
             self.run_dir.mkdir()
-            self.proxy = EgressProxy(HostPolicy([*net.allowed_hosts, *extra]))
+            policy = HostPolicy([*net.allowed_hosts, *extra], public=net.type == "unrestricted")
+            self.proxy = EgressProxy(policy)
             await self.proxy.start(self.run_dir / "egress.sock")
         if cgroups is not None:
             try:
