@@ -133,10 +133,15 @@ def recipe_factory(
         if row is None:
             raise LookupError(f"session {session_id} is gone")
         env = await store.get_resource("environment", row.environment_id)
-        config = (env.body.get("config") if env else None) or {}
+        # Fail closed: a deleted environment's networking is unknown, so grant none.
+        config = (env.body.get("config") or {}) if env else {"networking": {"type": "none"}}
         net = config.get("networking") or {"type": "unrestricted"}
         networking = Networking(
-            type=net["type"],
+            type="limited"
+            if net["type"] == "limited"
+            else "none"
+            if net["type"] == "none"
+            else "unrestricted",
             allowed_hosts=tuple(net.get("allowed_hosts") or ()),
             allow_package_managers=bool(net.get("allow_package_managers")),
         )

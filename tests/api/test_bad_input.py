@@ -1,37 +1,30 @@
-"""Bad input through the official SDK: each case names the exception class the SDK raises and
-the field the error message must name. A refused request must leave stored data unchanged.
+"""Bad input to agents, environments, sessions and events, through the official SDK.
+
+Each case names the exception class the SDK raises and the field the error message must name;
+a refused request must leave stored data unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import anthropic
 import pytest
 
+from tests.api.bad_input_support import (
+    MESSAGE,
+    MODEL,
+    TEXT,
+    Ids,
+    agent_body,
+    custom,
+    make_ids,
+    post,
+    refused,
+)
 from tests.api.helpers import LOOKUP, events, make_session, say, wait_idle
 from tests.fakes.messages_server import FakeModelServer, ScriptedTurns, Text, ToolUse, Turn
 from tests.server import ServerProcess
-
-MODEL = "claude-sonnet-4-5"
-TEXT = [{"type": "text", "text": "hi"}]
-MESSAGE = {"type": "user.message", "content": TEXT}
-Refusal = type[anthropic.APIStatusError]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Ids:
-    """Objects the cases refer to, made once per module."""
-
-    agent: str
-    archived_agent: str
-    env: str
-    archived_env: str
-    session: str
-    deleted_session: str
-    archived_session: str
 
 
 @pytest.fixture
@@ -42,61 +35,10 @@ def client(server: ServerProcess) -> anthropic.Anthropic:
 
 
 @pytest.fixture(scope="module")
-def ids(server: ServerProcess, fake_model: FakeModelServer) -> Iterator[Ids]:
-    """An agent, environments and sessions in the states the cases need."""
+def ids(server: ServerProcess, fake_model: FakeModelServer) -> Ids:
+    """The objects the cases refer to; the model always answers "hello"."""
     fake_model.reset(ScriptedTurns([Turn([Text("hello")])], repeat_last=True))
-    client = server.client()
-    agent = client.beta.agents.create(model=MODEL, name="bad-input", tools=[LOOKUP])  # type: ignore[list-item]
-    archived_agent = client.beta.agents.create(model=MODEL, name="old")
-    client.beta.agents.archive(archived_agent.id)
-    env = client.beta.environments.create(name="bad-input")
-    archived_env = client.beta.environments.create(name="old")
-    client.beta.environments.archive(archived_env.id)
-    made = [client.beta.sessions.create(agent=agent.id, environment_id=env.id).id
-            for _ in range(3)]
-    client.beta.sessions.delete(made[1])
-    client.beta.sessions.archive(made[2])
-    yield Ids(agent=agent.id, archived_agent=archived_agent.id, env=env.id,
-              archived_env=archived_env.id, session=made[0], deleted_session=made[1],
-              archived_session=made[2])
-
-
-def refused(kind: Refusal, call: Callable[[], object], *fields: str) -> anthropic.APIStatusError:
-    """`call` raises `kind` with an error envelope whose message names every one of `fields`."""
-    with pytest.raises(kind) as info:
-        call()
-    error = info.value
-    assert error.body["type"] == "error", error.body  # type: ignore[index]
-    message = error.api_message  # type: ignore[attr-defined]
-    assert isinstance(message, str) and message.strip(), error.body
-    for field in fields:
-        assert field in message, f"{field!r} not named in {message!r}"
-    return error
-
-
-def post(client: anthropic.Anthropic, path: str, body: object = None,
-         content: bytes | None = None) -> Callable[[], object]:
-    """A raw POST the SDK's typed signatures would not let through."""
-    if content is not None:
-        return lambda: client.post(path, content=content, cast_to=str,
-                                   options={"headers": {"content-type": "application/json"}})
-    return lambda: client.post(path, body=body, cast_to=str)
-
-
-def get(client: anthropic.Anthropic, path: str, **params: Any) -> Callable[[], object]:
-    """A raw GET with query parameters as given."""
-    return lambda: client.get(path, cast_to=str, options={"params": params})
-
-
-def agent_body(**fields: Any) -> dict[str, Any]:
-    """A valid agent create body with `fields` changed."""
-    return {"name": "a", "model": MODEL, **fields}
-
-
-def custom(name: str = "lookup", schema: Any = None) -> dict[str, Any]:
-    """A custom tool definition."""
-    return {"type": "custom", "name": name, "description": "d",
-            "input_schema": schema if schema is not None else {"type": "object"}}
+    return make_ids(server.client())
 
 
 # ---- agents -----------------------------------------------------------------------------------
@@ -171,7 +113,7 @@ def test_updating_an_archived_agent(client: anthropic.Anthropic, ids: Ids) -> No
     error = refused(anthropic.BadRequestError,
                     lambda: client.beta.agents.update(ids.archived_agent, name="back"),
                     ids.archived_agent, "archived")
-    assert error.error_code == "agent_archived"  # type: ignore[attr-defined]
+    assert error.error_code == "agent_archived"
 
 
 def test_agent_writes_on_unknown_ids(client: anthropic.Anthropic) -> None:
@@ -213,7 +155,7 @@ def test_environment_config_type_cannot_change(client: anthropic.Anthropic) -> N
     env = client.beta.environments.create(name="typed", config={"type": "cloud"})
     error = refused(anthropic.BadRequestError, lambda: client.beta.environments.update(
         env.id, name="renamed", config={"type": "self_hosted"}), "config.type")
-    assert error.error_code == "invalid_config_type_change"  # type: ignore[attr-defined]
+    assert error.error_code == "invalid_config_type_change"
     assert client.beta.environments.retrieve(env.id).model_dump() == env.model_dump()
 
 
@@ -221,7 +163,7 @@ def test_environment_metadata_patch_past_16_pairs(client: anthropic.Anthropic) -
     env = client.beta.environments.create(name="m", metadata={f"k{i}": "v" for i in range(16)})
     error = refused(anthropic.BadRequestError, lambda: client.beta.environments.update(
         env.id, metadata={"one-more": "v"}), "metadata")
-    assert error.error_code == "invalid_metadata"  # type: ignore[attr-defined]
+    assert error.error_code == "invalid_metadata"
     assert client.beta.environments.retrieve(env.id).metadata == env.metadata
 
 
@@ -230,7 +172,7 @@ def test_environment_writes_on_unknown_ids(client: anthropic.Anthropic) -> None:
                  lambda: client.beta.environments.delete("env_nope"),
                  lambda: client.beta.environments.archive("env_nope")):
         error = refused(anthropic.NotFoundError, call, "env_nope")
-        assert error.error_code == "environment_not_found"  # type: ignore[attr-defined]
+        assert error.error_code == "environment_not_found"
 
 
 def test_an_id_that_is_a_slash_is_not_found_not_redirected(client: anthropic.Anthropic) -> None:
@@ -250,14 +192,14 @@ def test_session_create_with_unknown_agent_or_environment(client: anthropic.Anth
         agent="agent_nope", environment_id=ids.env), "agent_nope")
     error = refused(anthropic.NotFoundError, lambda: client.beta.sessions.create(
         agent=ids.agent, environment_id="env_nope"), "env_nope")
-    assert error.error_code == "environment_not_found"  # type: ignore[attr-defined]
+    assert error.error_code == "environment_not_found"
 
 
 def test_session_create_on_archived_environment_or_agent(client: anthropic.Anthropic,
                                                          ids: Ids) -> None:
     error = refused(anthropic.BadRequestError, lambda: client.beta.sessions.create(
         agent=ids.agent, environment_id=ids.archived_env), ids.archived_env, "archived")
-    assert error.error_code == "environment_archived"  # type: ignore[attr-defined]
+    assert error.error_code == "environment_archived"
     refused(anthropic.BadRequestError, lambda: client.beta.sessions.create(
         agent=ids.archived_agent, environment_id=ids.env), ids.archived_agent, "archived")
 
@@ -369,9 +311,9 @@ def confirmation(**fields: Any) -> dict[str, Any]:
     pytest.param([], ["events"], id="empty-list"),
     pytest.param(MESSAGE, ["events"], id="not-a-list"),
     pytest.param([MESSAGE] * 101, ["events"], id="101-events"),
-    pytest.param([{"content": TEXT}], ["events.0", "type"], id="type-missing"),
-    pytest.param([{"type": "user.nope"}], ["events.0", "user.nope"], id="unknown-type"),
-    pytest.param([{"type": "agent.message", "content": TEXT}], ["events.0", "agent.message"],
+    pytest.param([{"content": TEXT}], ["events[0]", "type"], id="type-missing"),
+    pytest.param([{"type": "user.nope"}], ["events[0]", "user.nope"], id="unknown-type"),
+    pytest.param([{"type": "agent.message", "content": TEXT}], ["events[0]", "agent.message"],
                  id="server-only-type"),
     pytest.param([{"type": "user.message", "content": []}], ["content"], id="empty-content"),
     pytest.param([{"type": "user.message"}], ["content"], id="content-missing"),
@@ -416,162 +358,10 @@ def test_confirming_a_tool_use_that_does_not_ask(client: anthropic.Anthropic,
         session_id, events=[{"type": "user.tool_confirmation", "tool_use_id": use.id,
                              "result": "allow"}]), "tool_use_id")
     assert len(events(client, session_id)) == before
+    fake_model.reset(ScriptedTurns([Turn([Text("hello")])], repeat_last=True))
 
 
 def test_events_on_an_archived_session(client: anthropic.Anthropic, ids: Ids) -> None:
     error = refused(anthropic.BadRequestError, lambda: say(client, ids.archived_session, "hi"),
                     ids.archived_session, "archived")
-    assert error.error_code == "session_archived"  # type: ignore[attr-defined]
-
-
-# ---- list and read parameters -----------------------------------------------------------------
-
-LISTS = ["/v1/agents", "/v1/environments", "/v1/sessions", "/v1/sessions/@/events",
-         "/v1/agents/@/versions"]
-
-
-def listing(ids: Ids, path: str) -> str:
-    """`path` with `@` replaced by the id it needs."""
-    return path.replace("@", ids.session if "sessions" in path else ids.agent)
-
-
-@pytest.mark.parametrize("path", LISTS)
-@pytest.mark.parametrize("limit", ["0", "10000", "abc", "-1", "1.5"])
-def test_list_limit_out_of_range(client: anthropic.Anthropic, ids: Ids, path: str,
-                                 limit: str) -> None:
-    refused(anthropic.BadRequestError, get(client, listing(ids, path), limit=limit), "limit")
-
-
-@pytest.mark.parametrize("path", LISTS)
-def test_list_page_cursor_the_server_never_issued(client: anthropic.Anthropic, ids: Ids,
-                                                  path: str) -> None:
-    """A made-up cursor must not read as "the first page" or "no more pages"."""
-    refused(anthropic.BadRequestError, get(client, listing(ids, path), page="garbage!"), "page")
-
-
-@pytest.mark.parametrize(("path", "cursor"), [
-    ("/v1/sessions/@/events", "page_c2VxOjk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5"),  # seq:999…9 (22)
-    ("/v1/agents/@/versions", "9" * 25),
-    ("/v1/agents/@/versions", "²"),  # str.isdigit() says yes, int() says no
-])
-def test_list_page_cursor_that_is_not_a_64_bit_number(client: anthropic.Anthropic, ids: Ids,
-                                                      path: str, cursor: str) -> None:
-    refused(anthropic.BadRequestError, get(client, listing(ids, path), page=cursor), "page")
-
-
-@pytest.mark.parametrize("path", ["/v1/sessions", "/v1/sessions/@/events"])
-def test_list_order_must_be_asc_or_desc(client: anthropic.Anthropic, ids: Ids,
-                                        path: str) -> None:
-    refused(anthropic.BadRequestError, get(client, listing(ids, path), order="sideways"), "order")
-
-
-@pytest.mark.parametrize("path", ["/v1/agents", "/v1/environments", "/v1/sessions",
-                                  "/v1/sessions/@/events"])
-@pytest.mark.parametrize("moment", ["yesterday", "2024-13-01T00:00:00Z",
-                                    "0001-01-01T00:00:00+01:00"])
-def test_list_created_at_must_be_a_timestamp(client: anthropic.Anthropic, ids: Ids, path: str,
-                                             moment: str) -> None:
-    refused(anthropic.BadRequestError,
-            get(client, listing(ids, path), **{"created_at[gte]": moment}), "created_at[gte]")
-
-
-@pytest.mark.parametrize("path", ["/v1/agents", "/v1/environments", "/v1/sessions"])
-def test_list_include_archived_must_be_boolean(client: anthropic.Anthropic, ids: Ids,
-                                               path: str) -> None:
-    refused(anthropic.BadRequestError, get(client, path, include_archived="maybe"),
-            "include_archived")
-
-
-def test_session_list_filters(client: anthropic.Anthropic, ids: Ids) -> None:
-    refused(anthropic.BadRequestError,
-            lambda: client.beta.sessions.list(statuses=["idle", "sleeping"]),  # type: ignore[list-item]
-            "statuses", "sleeping")
-    refused(anthropic.BadRequestError, lambda: client.beta.sessions.list(agent_version=1),
-            "agent_version")
-    refused(anthropic.BadRequestError, get(client, "/v1/sessions", agent_id=ids.agent,
-                                           agent_version="one"), "agent_version")
-    refused(anthropic.BadRequestError, get(client, "/v1/sessions", agent_id=ids.agent,
-                                           agent_version=str(2**63)), "agent_version")
-
-
-def test_event_list_types_must_be_known(client: anthropic.Anthropic, ids: Ids) -> None:
-    refused(anthropic.BadRequestError, lambda: client.beta.sessions.events.list(
-        ids.session, types=["agent.message", "agent.dream"]), "types", "agent.dream")  # type: ignore[list-item]
-
-
-# ---- bodies that are not JSON objects, or hold what JSON cannot carry back -----------------------
-
-@pytest.mark.parametrize("path", ["/v1/agents", "/v1/environments", "/v1/sessions",
-                                  "/v1/sessions/@/events"])
-@pytest.mark.parametrize("content", [
-    pytest.param(b"[]", id="array"), pytest.param(b'"agent"', id="string"),
-    pytest.param(b"42", id="number"), pytest.param(b"null", id="null"),
-    pytest.param(b'{"name": ', id="truncated"), pytest.param(b"name=a", id="form-encoded"),
-    pytest.param(b'{"name": "\xff\xfe"}', id="invalid-utf8"),
-    pytest.param(b"\xef\xbb\xbf{}", id="utf8-bom"),
-])
-def test_bodies_that_are_not_json_objects(client: anthropic.Anthropic, ids: Ids, path: str,
-                                          content: bytes) -> None:
-    refused(anthropic.BadRequestError, post(client, listing(ids, path), content=content))
-
-
-@pytest.mark.parametrize("path", ["/v1/agents", "/v1/sessions/@/events"])
-@pytest.mark.parametrize("content", [
-    pytest.param(b"[" * 100_000 + b"]" * 100_000, id="nested-100000"),
-    pytest.param(b'{"name": "a", "metadata": ' + b'{"a": ' * 2000 + b"1" + b"}" * 2001,
-                 id="nested-2000-in-a-field"),
-])
-def test_deeply_nested_json_is_refused(client: anthropic.Anthropic, ids: Ids, path: str,
-                                       content: bytes) -> None:
-    refused(anthropic.BadRequestError, post(client, listing(ids, path), content=content))
-
-
-def test_body_over_the_size_limit_is_413(client: anthropic.Anthropic) -> None:
-    body = b'{"name": "big", "model": "%s", "system": "' % MODEL.encode() + b"x" * (9 << 20) + b'"}'
-    error = refused(anthropic.ContentTooLargeError, post(client, "/v1/agents", content=body))
-    assert error.type == "request_too_large"  # type: ignore[attr-defined]
-
-
-@pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity"])
-def test_non_finite_numbers_are_refused_not_stored(client: anthropic.Anthropic,
-                                                   value: bytes) -> None:
-    """Python's JSON reader takes NaN; a stored NaN can never be rendered again."""
-    since = client.beta.agents.create(model=MODEL, name="clock").created_at
-    body = b'{"name": "nan", "model": "%s", "multiagent": {"x": %s}}' % (MODEL.encode(), value)
-    refused(anthropic.BadRequestError, post(client, "/v1/agents", content=body))
-    assert [a.name for a in client.beta.agents.list(created_at_gte=since)] == ["clock"]
-
-
-@pytest.mark.parametrize(("path", "body", "named"), [
-    pytest.param("/v1/agents", b'{"name": "s", "model": "%s", "metadata": {"k": "\\ud800"}}',
-                 "metadata", id="agent-metadata"),
-    pytest.param("/v1/environments", b'{"name": "s", "metadata": {"k": "\\udfff"}}', "metadata",
-                 id="environment-metadata"),
-    pytest.param("/v1/sessions/@", b'{"title": "\\ud800"}', "title", id="session-title"),
-    pytest.param("/v1/sessions/@/events",
-                 b'{"events": [{"type": "user.message", "content": [{"type": "text", '
-                 b'"text": "\\udbff"}]}]}', "text", id="message-text"),
-])
-def test_lone_surrogates_are_refused_not_stored(client: anthropic.Anthropic, ids: Ids, path: str,
-                                                body: bytes, named: str) -> None:
-    """`"\\ud800"` is valid JSON text but no string UTF-8 can encode, so no response can hold
-    it: storing it breaks every later read of the object and of any list that includes it."""
-    session_id, _ = make_session(client)
-    target = path.replace("@", session_id)
-    content = body.replace(b"%s", MODEL.encode())
-    refused(anthropic.BadRequestError, post(client, target, content=content), named)
-    client.beta.sessions.retrieve(session_id)
-    assert events(client, session_id) == []
-
-
-@pytest.mark.parametrize(("path", "body"), [
-    pytest.param("/v1/sessions", {"agent": {"type": "agent"}, "environment_id": "env_x"},
-                 id="agent-reference"),
-    pytest.param("/v1/agents", {"name": "a", "model": MODEL, "metadata": {"k": 5}},
-                 id="metadata-value"),
-])
-def test_messages_speak_wire_not_validator_internals(client: anthropic.Anthropic, path: str,
-                                                     body: dict[str, Any]) -> None:
-    error = refused(anthropic.BadRequestError, post(client, path, body))
-    for internal in ("tagged-union", "constrained-str", "function-after", "AgentRef"):
-        assert internal not in error.api_message, error.api_message  # type: ignore[attr-defined]
+    assert error.error_code == "session_archived"

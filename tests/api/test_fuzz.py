@@ -54,9 +54,10 @@ SESSION_STABLE = ("agent", "environment_id", "title", "metadata", "archived_at",
                   "vault_ids")
 OTHER_KIND = {"agent": "session", "environment": "agent", "session": "environment"}
 PREFIX = {"agent": "agent_", "environment": "env_", "session": "sesn_"}
-GOOD_AUTH = ({"x-api-key": API_KEY}, {"authorization": f"Bearer {API_KEY}"})
-BAD_AUTH = ({"x-api-key": "wrong"}, {"authorization": "Bearer"}, {"x-api-key": ""},
-            {"authorization": API_KEY}, {})
+GOOD_AUTH: tuple[dict[str, str], ...] = ({"x-api-key": API_KEY},
+                                         {"authorization": f"Bearer {API_KEY}"})
+BAD_AUTH: tuple[dict[str, str], ...] = ({"x-api-key": "wrong"}, {"authorization": "Bearer"},
+                                        {"x-api-key": ""}, {"authorization": API_KEY}, {})
 
 
 class Api:
@@ -275,7 +276,7 @@ def test_the_valid_examples_are_accepted(world: World, write: Write) -> None:
 # Reads first: a write bug can leave an object no list can render, which would fail them.
 
 @pytest.mark.parametrize("template", sorted(READS))
-@fuzz(60)
+@fuzz(100)
 @given(data=st.data())
 def test_fuzz_list_and_read_queries(world: World, template: str, data: st.DataObject) -> None:
     query = data.draw(queries(READS[template]), label="query")

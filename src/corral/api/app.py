@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,6 +21,8 @@ from corral.api.http import error_response
 from corral.api.stream import StreamRouter
 from corral.errors import ApiError, NotFound, Unauthorized
 from corral.runtime import Runtime
+
+log = logging.getLogger("corral.api")
 
 
 class ApiKeyAuth:
@@ -89,6 +92,12 @@ def create_app(runtime: Runtime) -> Starlette:
         assert isinstance(exc, ApiError)
         return error_response(exc)
 
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(
+            ApiError("internal server error; the request was not applied or only partly applied")
+        )
+
     app = Starlette(
         routes=[
             Route("/health", health),
@@ -98,8 +107,14 @@ def create_app(runtime: Runtime) -> Starlette:
             *files.routes(runtime),
         ],
         lifespan=lifespan,
-        exception_handlers={404: not_found, 405: not_found, ApiError: api_error},
+        exception_handlers={
+            404: not_found,
+            405: not_found,
+            ApiError: api_error,
+            Exception: internal_error,
+        },
     )
+    app.router.redirect_slashes = False  # a redirect would turn POST /x/%2F into a create
     return app
 
 

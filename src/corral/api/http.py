@@ -10,11 +10,40 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from corral.errors import ApiError, BadRequest
+from corral.errors import ApiError, BadRequest, PayloadTooLarge
 from corral.ids import new_id
 
 M = TypeVar("M", bound=BaseModel)
 MAX_JSON_BYTES = 8 * 1024 * 1024
+MAX_DEPTH = 64
+# Discriminator values pydantic puts in error locations; the client never wrote them as keys.
+_UNION_TAGS = frozenset(
+    {
+        "agent",
+        "agent_with_overrides",
+        "custom",
+        "mcp_toolset",
+        "agent_toolset_20260401",
+        "file",
+        "github_repository",
+        "memory_store",
+        "cloud",
+        "self_hosted",
+        "unrestricted",
+        "limited",
+        "always_allow",
+        "always_ask",
+        "auto",
+        "text",
+        "image",
+        "document",
+        "redacted",
+        "search_result",
+        "base64",
+        "url",
+        "str",
+    }
+)
 
 
 def error_response(exc: ApiError) -> JSONResponse:
@@ -26,15 +55,28 @@ def error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(request_id), status_code=exc.status, headers=headers)
 
 
-async def parse_body(request: Request, model: type[M]) -> M:
-    """Validate a JSON body; errors name the offending field."""
-    raw = await request.body()
-    if len(raw) > MAX_JSON_BYTES:
-        raise BadRequest("request body too large")
+async def read_json(request: Request) -> Any:
+    """The body as JSON, within size, depth and value limits every store can hold."""
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_JSON_BYTES:
+            raise PayloadTooLarge(f"request body exceeds {MAX_JSON_BYTES} bytes")
+    if not raw.strip():
+        return {}
     try:
-        data = json.loads(raw) if raw.strip() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(bytes(raw), parse_constant=_reject_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise BadRequest(f"request body nests deeper than {MAX_DEPTH} levels") from exc
+    check_json_values(data)
+    return data
+
+
+async def parse_body(request: Request, model: type[M]) -> M:
+    """Validate a JSON object body; errors name the offending field."""
+    data = await read_json(request)
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     try:
@@ -43,13 +85,57 @@ async def parse_body(request: Request, model: type[M]) -> M:
         raise BadRequest(describe_validation(exc)) from exc
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def check_json_values(value: Any, path: str = "body", depth: int = 0) -> None:
+    """Refuse what would parse here but not round-trip: deep nesting, lone surrogates,
+    integers beyond 64 bits."""
+    if depth > MAX_DEPTH:
+        raise BadRequest(f"{path}: nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        _check_text(value, path)
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise BadRequest(f"{path}: integer out of range")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_json_values(item, f"{path}[{index}]", depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key, path)
+            check_json_values(item, f"{path}.{key}" if path != "body" else key, depth + 1)
+
+
+def _check_text(text: str, path: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequest(f"{path}: contains an unpaired surrogate (invalid Unicode)") from exc
+
+
 def describe_validation(exc: ValidationError) -> str:
-    """`field.path: message` for the first few problems."""
+    """`field.path: message` for the first few problems, in the request's own terms."""
     parts = []
-    for error in exc.errors()[:5]:
-        path = ".".join(str(p) for p in error["loc"]) or "body"
-        parts.append(f"{path}: {error['msg']}")
+    for error in exc.errors(include_url=False)[:5]:
+        parts.append(f"{_wire_path(error['loc'])}: {error['msg']}")
     return "; ".join(parts)
+
+
+def _wire_path(loc: tuple[Any, ...]) -> str:
+    """`events[0].content` from pydantic's location, minus its internal union/validator tags."""
+    out = ""
+    for index, part in enumerate(loc):
+        text = str(part)
+        is_tag = text in _UNION_TAGS and 0 < index < len(loc) - 1
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not (is_tag or any(c in text for c in ".[-")):
+            out += f".{text}" if out else text
+    return out or "body"
 
 
 def query_list(request: Request, name: str) -> list[str]:
@@ -62,10 +148,9 @@ def query_int(request: Request, name: str) -> int | None:
     value = request.query_params.get(name)
     if value is None or value == "":
         return None
-    try:
-        return int(value)
-    except ValueError as exc:
-        raise BadRequest(f"{name}: must be an integer") from exc
+    if not (value.isascii() and value.lstrip("-").isdigit()) or len(value) > 12:
+        raise BadRequest(f"{name}: must be an integer of at most 12 digits")
+    return int(value)
 
 
 def query_bool(request: Request, name: str, default: bool = False) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -15,10 +16,14 @@ from corral.store.base import Page
 from corral.wire.agents import AgentCreate, AgentUpdate
 from corral.wire.environments import EnvironmentCreate, EnvironmentUpdate
 
+_CURSOR = re.compile(r"^[a-z]{2,12}_[0-9a-z]{26}$")
+
 
 def list_page(request: Request, *, default: int, maximum: int, order: str = "asc") -> Page:
     """Common list parameters: limit, page cursor, include_archived, created_at range."""
     cursor = request.query_params.get("page") or None
+    if cursor is not None and not _CURSOR.match(cursor):
+        raise BadRequest("page: invalid cursor (use the next_page value of a previous page)")
     created = {
         op: normalize_time(request.query_params.get(f"created_at[{op}]"), f"created_at[{op}]")
         for op in ("gt", "gte", "lt", "lte")

@@ -166,7 +166,7 @@ class AgentService:
     ) -> dict[str, Any]:
         """A page of every version."""
         await self.get(agent_id)
-        if cursor is not None and not cursor.isdigit():
+        if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) < 10):
             raise BadRequest("page: invalid cursor")
         page = Page(limit=check_limit(limit, default=20, maximum=100), after_id=cursor)
         rows = await self.store.list_agent_versions(agent_id, page)

@@ -44,7 +44,7 @@ def normalize_time(value: str | None, field: str) -> str | None:
         return None
     try:
         return rfc3339(parse_rfc3339(value))
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise BadRequest(f"{field}: not an RFC 3339 timestamp: {value!r}") from exc
 
 

@@ -81,7 +81,7 @@ def decode_cursor(cursor: str) -> int:
         raw = cursor.removeprefix("page_")
         text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
         kind, _, value = text.partition(":")
-        if kind != "seq":
+        if kind != "seq" or not (value.isascii() and value.isdigit()) or len(value) > 15:
             raise ValueError(kind)
         return int(value)
     except (ValueError, UnicodeDecodeError) as exc:

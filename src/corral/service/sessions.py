@@ -101,7 +101,7 @@ class SessionService:
             agent = await self.agents.get(ref)
         else:
             agent = await self.agents.get(ref.id, ref.version)
-        if agent.get("archived_at") and isinstance(ref, str):
+        if agent.get("archived_at"):
             raise BadRequest(f"agent {agent['id']} is archived", error_code="agent_archived")
         snapshot: dict[str, Any] = {"type": "agent", **{k: agent.get(k) for k in _SNAPSHOT_KEYS}}
         if isinstance(ref, AgentWithOverrides):

@@ -142,7 +142,7 @@ class AgentCreate(Strict):
 class AgentUpdate(Strict):
     """POST /v1/agents/{id}: omitted fields are kept."""
 
-    version: Annotated[int, Field(ge=1)] | None = None
+    version: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
     name: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     model: NonEmpty | ModelConfig | None = None
     system: Annotated[str, Field(max_length=100_000)] | None = None

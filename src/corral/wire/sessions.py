@@ -18,7 +18,7 @@ class AgentRef(Strict):
 
     type: Literal["agent"]
     id: NonEmpty
-    version: Annotated[int, Field(ge=1)] | None = None
+    version: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
 
 
 class AgentWithOverrides(Strict):
@@ -26,7 +26,7 @@ class AgentWithOverrides(Strict):
 
     type: Literal["agent_with_overrides"]
     id: NonEmpty
-    version: Annotated[int, Field(ge=1)] | None = None
+    version: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
     model: NonEmpty | ModelConfig | None = None
     system: Annotated[str, Field(max_length=100_000)] | None = None
     tools: list[Tool] | None = None
