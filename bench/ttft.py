@@ -55,6 +55,8 @@ class Mode:
     agent_tools: list[dict[str, Any]] = field(default_factory=list)
     server_env: dict[str, str] = field(default_factory=dict)
     server_args: tuple[str, ...] = ()
+    fresh_sessions: bool = False
+    """Every round uses new sessions, so each measured turn is a session's first."""
 
 
 def default_mode() -> Mode:
@@ -62,17 +64,24 @@ def default_mode() -> Mode:
     return Mode(name="no tools")
 
 
-def eager_hands_mode() -> Mode:
-    """EXTENSION POINT for `--eager-hands`: TTFT when a sandbox is provisioned on wake.
+TOOLSET = [{"type": "agent_toolset_20260401"}]
 
-    To implement: give the agent the built-in toolset (`{"type": "agent_toolset_20260401"}`)
-    so sessions need hands, and return the server env that makes Corral provision the
-    sandbox before inference (`CORRAL_EAGER_SANDBOXES=1`, i.e. `Settings.eager_sandboxes`,
-    the coupled design) so the same table shows what lazy hands save. The host needs
-    bubblewrap. Nothing else in this script needs to change: `run_levels` creates the agent
-    from `Mode` and `main` starts the server with its env/args.
-    """
-    raise NotImplementedError("--eager-hands is not implemented yet; extend eager_hands_mode()")
+
+def lazy_hands_mode() -> Mode:
+    """Sessions whose agent has sandbox tools; Corral provisions a sandbox only when a tool
+    call needs one (never, in this text-only turn)."""
+    return Mode(name="lazy hands", agent_tools=TOOLSET, fresh_sessions=True)
+
+
+def eager_hands_mode() -> Mode:
+    """The coupled design the seeds started from: the sandbox is provisioned before the first
+    inference of every new session (`CORRAL_EAGER_SANDBOXES=1`)."""
+    return Mode(
+        name="eager hands",
+        agent_tools=TOOLSET,
+        fresh_sessions=True,
+        server_env={"CORRAL_EAGER_SANDBOXES": "1"},
+    )
 
 
 # ---- one Corral session under measurement ------------------------------------------------
@@ -269,7 +278,14 @@ async def run_levels(
         rounds = rounds_for(level, args)
         samples: Samples = {key: [] for key, _, _ in METRICS}
         await raw_rounds(fake_url, level, rounds, args.warmup, samples)
-        errors = await corral_level(server, agent.id, env.id, level, rounds, args.warmup, samples)
+        if mode.fresh_sessions:
+            errors = 0
+            for _ in range(rounds):
+                errors += await corral_level(server, agent.id, env.id, level, 1, 0, samples)
+        else:
+            errors = await corral_level(
+                server, agent.id, env.id, level, rounds, args.warmup, samples
+            )
         results[level] = samples
         note = f", {errors} session.error events" if errors else ""
         print(f"  level {level}: {rounds} round(s) x {level} session(s){note}", flush=True)
@@ -358,38 +374,76 @@ def parse_args() -> argparse.Namespace:
         "--workers", type=int, default=0, help="server brain slots (0 = the server's default)"
     )
     parser.add_argument(
-        "--eager-hands",
+        "--compare-hands",
         action="store_true",
-        help="provision sandboxes on wake (not implemented yet)",
+        help="side by side: sessions with sandbox tools, hands lazy vs eager (needs bwrap)",
     )
     return parser.parse_args()
 
 
-def main() -> None:
-    args = parse_args()
-    mode = eager_hands_mode() if args.eager_hands else default_mode()
-    _util.raise_nofile()
+def run_mode(args: argparse.Namespace, mode: Mode) -> dict[int, Samples]:
+    """Start a fake model and a fresh server for `mode`, and measure every level."""
     folder = _util.disk_tempdir("corral-bench-ttft-")
     server_args = (*mode.server_args, *(("--workers", str(args.workers)) if args.workers else ()))
-    print(
-        f"TTFT benchmark: mode={mode.name!r}, fake first-token delay "
-        f"{args.delay * 1000:.0f} ms, levels {args.levels}, "
-        f"server workers {args.workers or 'default'}",
-        flush=True,
-    )
     try:
         with fake_model(args.delay, args.text, folder) as fake_url:
             server = ServerProcess(
                 folder / "data", model_url=fake_url, env=mode.server_env, args=server_args
             ).start()
             try:
-                results = asyncio.run(run_levels(args, mode, server, fake_url))
+                return asyncio.run(run_levels(args, mode, server, fake_url))
             finally:
                 server.stop()
     finally:
         _util.remove_tempdir(folder)
-    print()
-    report(results, args.delay)
+
+
+def compare_hands(lazy: dict[int, Samples], eager: dict[int, Samples]) -> None:
+    """Time to first agent event, lazy vs eager hands, and the reduction lazy gives."""
+    rows: list[list[object]] = []
+    for level in lazy:
+        for key, label in (("a", "span.model_request_start"), ("c", "first agent.message")):
+            lz, eg = lazy[level][key], eager[level][key]
+            cells: list[object] = [level, label]
+            for pct in (50, 95):
+                lp, ep = _util.percentile(lz, pct), _util.percentile(eg, pct)
+                cut = (1 - lp / ep) * 100 if ep else math.nan
+                cells += [_util.ms(ep), _util.ms(lp), f"{cut:.0f}%"]
+            rows.append(cells)
+    print(
+        _util.table(
+            [
+                "sessions",
+                "time to",
+                "eager p50",
+                "lazy p50",
+                "p50 cut",
+                "eager p95",
+                "lazy p95",
+                "p95 cut",
+            ],
+            rows,
+        )
+    )
+
+
+def main() -> None:
+    args = parse_args()
+    _util.raise_nofile()
+    modes = [lazy_hands_mode(), eager_hands_mode()] if args.compare_hands else [default_mode()]
+    print(
+        f"TTFT benchmark: modes={[m.name for m in modes]}, fake first-token delay "
+        f"{args.delay * 1000:.0f} ms, levels {args.levels}, "
+        f"server workers {args.workers or 'default'}",
+        flush=True,
+    )
+    results = {mode.name: run_mode(args, mode) for mode in modes}
+    for name, result in results.items():
+        print(f"\n== {name}")
+        report(result, args.delay)
+    if args.compare_hands:
+        print("\n== time to first agent event: hands provisioned eagerly vs lazily")
+        compare_hands(results["lazy hands"], results["eager hands"])
 
 
 if __name__ == "__main__":
