@@ -28,12 +28,14 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModelServer,
-           backend: str) -> Iterator[ServerProcess]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModelServer, backend: str
+) -> Iterator[ServerProcess]:
     """One Corral server per test module and backend, talking to `fake_model`."""
     with backend_env(backend) as env:
-        proc = ServerProcess(tmp_path_factory.mktemp("corral"), model_url=fake_model.url,
-                             env=env).start()
+        proc = ServerProcess(
+            tmp_path_factory.mktemp("corral"), model_url=fake_model.url, env=env
+        ).start()
         yield proc
         proc.stop()
 

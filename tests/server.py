@@ -66,8 +66,14 @@ def free_port() -> int:
 class ServerProcess:
     """`corral serve` in a subprocess."""
 
-    def __init__(self, data_dir: Path, *, model_url: str | None = None,
-                 env: Mapping[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        model_url: str | None = None,
+        env: Mapping[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.model_url = model_url
@@ -84,17 +90,34 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         """Start and wait until /health answers."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-        env.update({"CORRAL_API_KEYS": API_KEY, "ANTHROPIC_API_KEY": "sk-test-secret",
-                    "CORRAL_CONFIG": str(self.data_dir / "corral.toml")})
+        env.update(
+            {
+                "CORRAL_API_KEYS": API_KEY,
+                "ANTHROPIC_API_KEY": "sk-test-secret",
+                "CORRAL_CONFIG": str(self.data_dir / "corral.toml"),
+            }
+        )
         if self.model_url:
             env["ANTHROPIC_BASE_URL"] = self.model_url
         env.update(self.extra_env)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "corral", "serve", "--port", str(self.port),
-                 "--data-dir", str(self.data_dir), *self.args],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "corral",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--data-dir",
+                    str(self.data_dir),
+                    *self.args,
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         self._wait_healthy()
         return self

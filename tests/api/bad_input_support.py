@@ -45,13 +45,18 @@ def make_ids(client: anthropic.Anthropic) -> Ids:
     env = client.beta.environments.create(name="bad-input")
     archived_env = client.beta.environments.create(name="old")
     client.beta.environments.archive(archived_env.id)
-    made = [client.beta.sessions.create(agent=agent.id, environment_id=env.id).id
-            for _ in range(3)]
+    made = [client.beta.sessions.create(agent=agent.id, environment_id=env.id).id for _ in range(3)]
     client.beta.sessions.delete(made[1])
     client.beta.sessions.archive(made[2])
-    return Ids(agent=agent.id, archived_agent=archived_agent.id, env=env.id,
-               archived_env=archived_env.id, session=made[0], deleted_session=made[1],
-               archived_session=made[2])
+    return Ids(
+        agent=agent.id,
+        archived_agent=archived_agent.id,
+        env=env.id,
+        archived_env=archived_env.id,
+        session=made[0],
+        deleted_session=made[1],
+        archived_session=made[2],
+    )
 
 
 def refused(kind: Refusal, call: Callable[[], object], *fields: str) -> anthropic.APIStatusError:
@@ -67,12 +72,17 @@ def refused(kind: Refusal, call: Callable[[], object], *fields: str) -> anthropi
     return error
 
 
-def post(client: anthropic.Anthropic, path: str, body: object = None,
-         content: bytes | None = None) -> Callable[[], object]:
+def post(
+    client: anthropic.Anthropic, path: str, body: object = None, content: bytes | None = None
+) -> Callable[[], object]:
     """A raw POST the SDK's typed signatures would not let through."""
     if content is not None:
-        return lambda: client.post(path, content=content, cast_to=str,
-                                   options={"headers": {"content-type": "application/json"}})
+        return lambda: client.post(
+            path,
+            content=content,
+            cast_to=str,
+            options={"headers": {"content-type": "application/json"}},
+        )
     return lambda: client.post(path, body=body, cast_to=str)
 
 
@@ -88,5 +98,9 @@ def agent_body(**fields: Any) -> dict[str, Any]:
 
 def custom(name: str = "lookup", schema: Any = None) -> dict[str, Any]:
     """A custom tool definition."""
-    return {"type": "custom", "name": name, "description": "d",
-            "input_schema": schema if schema is not None else {"type": "object"}}
+    return {
+        "type": "custom",
+        "name": name,
+        "description": "d",
+        "input_schema": schema if schema is not None else {"type": "object"},
+    }

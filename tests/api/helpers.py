@@ -7,16 +7,29 @@ from typing import Any
 
 import anthropic
 
-LOOKUP = {"type": "custom", "name": "lookup", "description": "Look up a key",
-          "input_schema": {"type": "object", "properties": {"key": {"type": "string"}},
-                           "required": ["key"]}}
+LOOKUP = {
+    "type": "custom",
+    "name": "lookup",
+    "description": "Look up a key",
+    "input_schema": {
+        "type": "object",
+        "properties": {"key": {"type": "string"}},
+        "required": ["key"],
+    },
+}
 
 
-def make_session(client: anthropic.Anthropic, *, tools: list[dict[str, Any]] | None = None,
-                 model: str = "claude-sonnet-4-5", system: str = "You help.") -> tuple[str, str]:
+def make_session(
+    client: anthropic.Anthropic,
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    model: str = "claude-sonnet-4-5",
+    system: str = "You help.",
+) -> tuple[str, str]:
     """An agent + environment + session; returns (session_id, agent_id)."""
-    agent = client.beta.agents.create(model=model, name="t", system=system,
-                                      tools=tools if tools is not None else [LOOKUP])  # type: ignore[arg-type]
+    agent = client.beta.agents.create(
+        model=model, name="t", system=system, tools=tools if tools is not None else [LOOKUP]
+    )  # type: ignore[arg-type]
     env = client.beta.environments.create(name="e", config={"type": "cloud"})
     session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
     return session.id, agent.id
@@ -25,7 +38,8 @@ def make_session(client: anthropic.Anthropic, *, tools: list[dict[str, Any]] | N
 def say(client: anthropic.Anthropic, session_id: str, text: str) -> str:
     """Send a user message; returns its event id."""
     sent = client.beta.sessions.events.send(
-        session_id, events=[{"type": "user.message", "content": [{"type": "text", "text": text}]}])
+        session_id, events=[{"type": "user.message", "content": [{"type": "text", "text": text}]}]
+    )
     return sent.data[0].id
 
 
@@ -34,8 +48,14 @@ def events(client: anthropic.Anthropic, session_id: str) -> list[Any]:
     return list(client.beta.sessions.events.list(session_id, limit=1000))
 
 
-def wait_idle(client: anthropic.Anthropic, session_id: str, *, stop: str | None = None,
-              after: int = 0, timeout: float = 30.0) -> Any:
+def wait_idle(
+    client: anthropic.Anthropic,
+    session_id: str,
+    *,
+    stop: str | None = None,
+    after: int = 0,
+    timeout: float = 30.0,
+) -> Any:
     """Poll the log until a `session.status_idle` (with `stop` reason) appears after index
     `after`; returns that event."""
     deadline = time.monotonic() + timeout

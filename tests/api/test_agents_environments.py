@@ -9,20 +9,34 @@ import pytest
 from tests.server import ServerProcess
 
 TOOLSET = {"type": "agent_toolset_20260401"}
-LOOKUP = {"type": "custom", "name": "lookup", "description": "Look up a key",
-          "input_schema": {"type": "object", "properties": {"key": {"type": "string"}},
-                           "required": ["key"]}}
+LOOKUP = {
+    "type": "custom",
+    "name": "lookup",
+    "description": "Look up a key",
+    "input_schema": {
+        "type": "object",
+        "properties": {"key": {"type": "string"}},
+        "required": ["key"],
+    },
+}
 
 
 def test_agent_lifecycle(server: ServerProcess) -> None:
     client = server.client()
     agent = client.beta.agents.create(
-        model="claude-opus-4-7", name="smoke", system="Be brief.",
-        tools=[{"type": "agent_toolset_20260401",
+        model="claude-opus-4-7",
+        name="smoke",
+        system="Be brief.",
+        tools=[
+            {
+                "type": "agent_toolset_20260401",
                 "default_config": {"enabled": True, "permission_policy": {"type": "always_allow"}},
-                "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}]},
-               LOOKUP],  # type: ignore[list-item]
-        metadata={"suite": "smoke"})
+                "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}],
+            },
+            LOOKUP,
+        ],  # type: ignore[list-item]
+        metadata={"suite": "smoke"},
+    )
     assert agent.version == 1
     assert agent.model.id == "claude-opus-4-7"
     toolset = agent.tools[0]
@@ -48,8 +62,7 @@ def test_agent_lifecycle(server: ServerProcess) -> None:
 
 def test_agent_pagination_walks_every_page(server: ServerProcess) -> None:
     client = server.client()
-    made = {client.beta.agents.create(model="claude-haiku-4-5", name=f"p{i}").id
-            for i in range(5)}
+    made = {client.beta.agents.create(model="claude-haiku-4-5", name=f"p{i}").id for i in range(5)}
     seen = [a.id for a in client.beta.agents.list(limit=2)]
     assert made <= set(seen)
     assert len(seen) == len(set(seen))
@@ -57,8 +70,9 @@ def test_agent_pagination_walks_every_page(server: ServerProcess) -> None:
 
 def test_agent_metadata_patch_and_clearing(server: ServerProcess) -> None:
     client = server.client()
-    agent = client.beta.agents.create(model="claude-haiku-4-5", name="m",
-                                      metadata={"a": "1", "b": "2"}, system="s")
+    agent = client.beta.agents.create(
+        model="claude-haiku-4-5", name="m", metadata={"a": "1", "b": "2"}, system="s"
+    )
     updated = client.beta.agents.update(agent.id, metadata={"a": None, "c": "3"}, system="")
     assert updated.metadata == {"b": "2", "c": "3"}
     assert updated.system is None
@@ -69,20 +83,44 @@ def test_agent_metadata_patch_and_clearing(server: ServerProcess) -> None:
     [
         ({"name": "x"}, "model"),
         ({"model": "m"}, "name"),
-        ({"model": "m", "name": "x", "tools": [{"type": "custom", "name": "bad name",
-                                                "description": "d",
-                                                "input_schema": {"type": "object"}}]}, "tools"),
+        (
+            {
+                "model": "m",
+                "name": "x",
+                "tools": [
+                    {
+                        "type": "custom",
+                        "name": "bad name",
+                        "description": "d",
+                        "input_schema": {"type": "object"},
+                    }
+                ],
+            },
+            "tools",
+        ),
         ({"model": "m", "name": "x", "tools": [{"type": "nope"}]}, "tools"),
         ({"model": "m", "name": "x", "metadata": {"k": 5}}, "metadata"),
         ({"model": "m", "name": "x", "surprise": 1}, "surprise"),
         ({"model": "m", "name": "x", "tools": [TOOLSET, TOOLSET]}, "tools"),
-        ({"model": "m", "name": "x", "tools": [{"type": "agent_toolset_20260401", "configs": [
-            {"name": "web_search", "enabled": True}]}]}, "web_search"),
+        (
+            {
+                "model": "m",
+                "name": "x",
+                "tools": [
+                    {
+                        "type": "agent_toolset_20260401",
+                        "configs": [{"name": "web_search", "enabled": True}],
+                    }
+                ],
+            },
+            "web_search",
+        ),
         ({"model": "gpt-unknown", "name": "x"}, "model"),
     ],
 )
-def test_agent_create_rejects_bad_bodies(server: ServerProcess, body: dict[str, object],
-                                         field: str) -> None:
+def test_agent_create_rejects_bad_bodies(
+    server: ServerProcess, body: dict[str, object], field: str
+) -> None:
     client = server.client()
     with pytest.raises(anthropic.BadRequestError) as info:
         client.post("/v1/agents", body=body, cast_to=httpx.Response)
@@ -115,11 +153,16 @@ def test_missing_or_wrong_key_is_authentication_error(server: ServerProcess) -> 
 def test_environment_lifecycle(server: ServerProcess) -> None:
     client = server.client()
     env = client.beta.environments.create(
-        name="cloud-env", config={"type": "cloud", "networking": {"type": "unrestricted"}})
+        name="cloud-env", config={"type": "cloud", "networking": {"type": "unrestricted"}}
+    )
     assert env.config.type == "cloud"
     limited = client.beta.environments.create(
-        name="limited", config={"type": "cloud", "networking": {
-            "type": "limited", "allowed_hosts": ["api.example.com"]}})
+        name="limited",
+        config={
+            "type": "cloud",
+            "networking": {"type": "limited", "allowed_hosts": ["api.example.com"]},
+        },
+    )
     assert limited.config.networking.type == "limited"  # type: ignore[union-attr]
     updated = client.beta.environments.update(env.id, description="d", metadata={"k": "v"})
     assert updated.description == "d" and updated.metadata == {"k": "v"}
@@ -131,5 +174,11 @@ def test_environment_lifecycle(server: ServerProcess) -> None:
     with pytest.raises(anthropic.NotFoundError):
         client.beta.environments.retrieve(env.id)
     with pytest.raises(anthropic.BadRequestError):
-        client.beta.environments.create(name="bad", config={  # type: ignore[typeddict-item]
-            "type": "cloud", "networking": {"type": "limited"}, "packages": {"pip": ["x"]}})
+        client.beta.environments.create(
+            name="bad",
+            config={  # type: ignore[typeddict-item]
+                "type": "cloud",
+                "networking": {"type": "limited"},
+                "packages": {"pip": ["x"]},
+            },
+        )

@@ -20,8 +20,9 @@ def crashy(tmp_path: Path, fake_model: FakeModelServer, backend: str) -> Iterato
     # A short lease so that, on PostgreSQL (where a restarted process must wait out the dead
     # one's lease), recovery takes seconds.
     with backend_env(backend) as env:
-        proc = ServerProcess(tmp_path / "data", model_url=fake_model.url,
-                             env={**env, "CORRAL_LEASE_SECONDS": "2"}).start()
+        proc = ServerProcess(
+            tmp_path / "data", model_url=fake_model.url, env={**env, "CORRAL_LEASE_SECONDS": "2"}
+        ).start()
         yield proc
         proc.stop()
 
@@ -43,8 +44,9 @@ def assert_contiguous_and_finished(client: object, session_id: str) -> list[obje
 
 
 def test_kill_during_model_stream(crashy: ServerProcess, fake_model: FakeModelServer) -> None:
-    fake_model.reset([Turn([Text("never finished " * 50)], chunk_delay=0.05),
-                      Turn([Text("second try")])])
+    fake_model.reset(
+        [Turn([Text("never finished " * 50)], chunk_delay=0.05), Turn([Text("second try")])]
+    )
     client = crashy.client()
     session_id, _ = make_session(client)
     say(client, session_id, "stream slowly")
@@ -80,23 +82,42 @@ def test_kill_after_tool_use_appended(crashy: ServerProcess, fake_model: FakeMod
     assert effect.read_text() == "ran\n", "the side effect must not run twice"
 
 
-def test_kill_while_waiting_for_custom_results(crashy: ServerProcess,
-                                               fake_model: FakeModelServer) -> None:
-    fake_model.reset([Turn([ToolUse("lookup", {"key": "a"}), ToolUse("lookup", {"key": "b"})]),
-                      Turn([Text("both answered")])])
+def test_kill_while_waiting_for_custom_results(
+    crashy: ServerProcess, fake_model: FakeModelServer
+) -> None:
+    fake_model.reset(
+        [
+            Turn([ToolUse("lookup", {"key": "a"}), ToolUse("lookup", {"key": "b"})]),
+            Turn([Text("both answered")]),
+        ]
+    )
     client = crashy.client()
     session_id, _ = make_session(client, tools=[LOOKUP])
     say(client, session_id, "two lookups")
     idle = wait_idle(client, session_id, stop="requires_action")
     first, second = idle.stop_reason.event_ids
-    client.beta.sessions.events.send(session_id, events=[{
-        "type": "user.custom_tool_result", "custom_tool_use_id": second,
-        "content": [{"type": "text", "text": "B"}]}])
+    client.beta.sessions.events.send(
+        session_id,
+        events=[
+            {
+                "type": "user.custom_tool_result",
+                "custom_tool_use_id": second,
+                "content": [{"type": "text", "text": "B"}],
+            }
+        ],
+    )
     crashy.restart()
     client = crashy.client()
-    client.beta.sessions.events.send(session_id, events=[{
-        "type": "user.custom_tool_result", "custom_tool_use_id": first,
-        "content": [{"type": "text", "text": "A"}]}])
+    client.beta.sessions.events.send(
+        session_id,
+        events=[
+            {
+                "type": "user.custom_tool_result",
+                "custom_tool_use_id": first,
+                "content": [{"type": "text", "text": "A"}],
+            }
+        ],
+    )
     wait_idle(client, session_id, stop="end_turn")
     assert_contiguous_and_finished(client, session_id)
     results = fake_model.requests[-1]["messages"][-1]["content"]
@@ -104,10 +125,12 @@ def test_kill_while_waiting_for_custom_results(crashy: ServerProcess,
 
 
 @pytest.mark.slow
-def test_client_that_vanishes_is_waited_for(crashy: ServerProcess,
-                                            fake_model: FakeModelServer) -> None:
-    fake_model.reset([Turn([ToolUse("lookup", {"key": "incidents"})]),
-                      Turn([Text("three pages are open")])])
+def test_client_that_vanishes_is_waited_for(
+    crashy: ServerProcess, fake_model: FakeModelServer
+) -> None:
+    fake_model.reset(
+        [Turn([ToolUse("lookup", {"key": "incidents"})]), Turn([Text("three pages are open")])]
+    )
     client = crashy.client()
     session_id, _ = make_session(client, tools=[LOOKUP])
     say(client, session_id, "how many pages?")
@@ -120,8 +143,15 @@ def test_client_that_vanishes_is_waited_for(crashy: ServerProcess,
     assert session.status == "idle"
     last = events(client, session_id)[-1]
     assert last.type == "session.status_idle" and last.stop_reason.type == "requires_action"
-    client.beta.sessions.events.send(session_id, events=[{
-        "type": "user.custom_tool_result", "custom_tool_use_id": idle.stop_reason.event_ids[0],
-        "content": [{"type": "text", "text": "3"}]}])
+    client.beta.sessions.events.send(
+        session_id,
+        events=[
+            {
+                "type": "user.custom_tool_result",
+                "custom_tool_use_id": idle.stop_reason.event_ids[0],
+                "content": [{"type": "text", "text": "3"}],
+            }
+        ],
+    )
     wait_idle(client, session_id, stop="end_turn")
     assert_contiguous_and_finished(client, session_id)

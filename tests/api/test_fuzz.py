@@ -41,23 +41,51 @@ from tests.server import API_KEY, ServerProcess
 def fuzz(examples: int) -> settings:
     """Bounded runs (the whole module stays well under 90 s on 2 cores); no example database,
     so nothing is written into the repo; hypothesis prints the seed and a reproduce blob."""
-    return settings(max_examples=examples, deadline=None, database=None, print_blob=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.filter_too_much,
-                                           HealthCheck.large_base_example,
-                                           HealthCheck.function_scoped_fixture])
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        print_blob=True,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+            HealthCheck.large_base_example,
+            HealthCheck.function_scoped_fixture,
+        ],
+    )
 
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 409: "conflict_error", 413: "request_too_large"}
-SESSION_STABLE = ("agent", "environment_id", "title", "metadata", "archived_at", "resources",
-                  "vault_ids")
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "request_too_large",
+}
+SESSION_STABLE = (
+    "agent",
+    "environment_id",
+    "title",
+    "metadata",
+    "archived_at",
+    "resources",
+    "vault_ids",
+)
 OTHER_KIND = {"agent": "session", "environment": "agent", "session": "environment"}
 PREFIX = {"agent": "agent_", "environment": "env_", "session": "sesn_"}
-GOOD_AUTH: tuple[dict[str, str], ...] = ({"x-api-key": API_KEY},
-                                         {"authorization": f"Bearer {API_KEY}"})
-BAD_AUTH: tuple[dict[str, str], ...] = ({"x-api-key": "wrong"}, {"authorization": "Bearer"},
-                                        {"x-api-key": ""}, {"authorization": API_KEY}, {})
+GOOD_AUTH: tuple[dict[str, str], ...] = (
+    {"x-api-key": API_KEY},
+    {"authorization": f"Bearer {API_KEY}"},
+)
+BAD_AUTH: tuple[dict[str, str], ...] = (
+    {"x-api-key": "wrong"},
+    {"authorization": "Bearer"},
+    {"x-api-key": ""},
+    {"authorization": API_KEY},
+    {},
+)
 
 
 class Api:
@@ -70,13 +98,13 @@ class Api:
     def _client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"x-api-key": API_KEY}, timeout=30)
 
-    def send(self, method: str, path: str, *, content: bytes | None = None,
-             params: Any = None) -> httpx.Response:
+    def send(
+        self, method: str, path: str, *, content: bytes | None = None, params: Any = None
+    ) -> httpx.Response:
         """One request; a transport failure is reported as a possible crash."""
         headers = {"content-type": "application/json"} if content is not None else None
         try:
-            resp = self.http.request(method, path, content=content, params=params,
-                                     headers=headers)
+            resp = self.http.request(method, path, content=content, params=params, headers=headers)
         except httpx.TransportError as exc:
             self.http.close()
             self.http = self._client()
@@ -108,13 +136,17 @@ class World:
         """The live target of `kind`, made if missing."""
         if kind not in self.ids:
             if kind == "agent":
-                made = self.api.ok("POST", "/v1/agents", {"name": "target", "model": MODEL,
-                                                          "tools": [LOOKUP]})
+                made = self.api.ok(
+                    "POST", "/v1/agents", {"name": "target", "model": MODEL, "tools": [LOOKUP]}
+                )
             elif kind == "environment":
                 made = self.api.ok("POST", "/v1/environments", {"name": "target"})
             else:
-                made = self.api.ok("POST", "/v1/sessions", {
-                    "agent": self.target("agent"), "environment_id": self.target("environment")})
+                made = self.api.ok(
+                    "POST",
+                    "/v1/sessions",
+                    {"agent": self.target("agent"), "environment_id": self.target("environment")},
+                )
             self.ids[kind] = made["id"]
         return self.ids[kind]
 
@@ -124,8 +156,11 @@ class World:
 
     def fill(self, text: str) -> str:
         """Put the live targets' ids (and the agent's current version) into a template."""
-        for token, kind in (("@AGENT@", "agent"), ("@ENV@", "environment"),
-                            ("@SESSION@", "session")):
+        for token, kind in (
+            ("@AGENT@", "agent"),
+            ("@ENV@", "environment"),
+            ("@SESSION@", "session"),
+        ):
             if token in text:
                 text = text.replace(token, self.target(kind))
         if '"@AGENT_VERSION@"' in text:
@@ -134,19 +169,45 @@ class World:
         return text
 
     def _make_sentinels(self) -> dict[str, str]:
-        agent = self.api.ok("POST", "/v1/agents", {
-            "name": "sentinel", "model": MODEL, "system": "v1", "tools": [LOOKUP],
-            "metadata": {"keep": "me"}})
+        agent = self.api.ok(
+            "POST",
+            "/v1/agents",
+            {
+                "name": "sentinel",
+                "model": MODEL,
+                "system": "v1",
+                "tools": [LOOKUP],
+                "metadata": {"keep": "me"},
+            },
+        )
         self.api.ok("POST", f"/v1/agents/{agent['id']}", {"version": 1, "system": "v2"})
-        env = self.api.ok("POST", "/v1/environments", {
-            "name": "sentinel", "metadata": {"keep": "me"}, "config": {
-                "type": "cloud", "networking": {"type": "limited",
-                                                "allowed_hosts": ["api.example.com"]}}})
-        session = self.api.ok("POST", "/v1/sessions", {
-            "agent": agent["id"], "environment_id": env["id"], "title": "sentinel",
-            "metadata": {"keep": "me"}})
-        self.api.ok("POST", f"/v1/sessions/{session['id']}/events",
-                    {"events": [{"type": "user.message", "content": TEXT}]})
+        env = self.api.ok(
+            "POST",
+            "/v1/environments",
+            {
+                "name": "sentinel",
+                "metadata": {"keep": "me"},
+                "config": {
+                    "type": "cloud",
+                    "networking": {"type": "limited", "allowed_hosts": ["api.example.com"]},
+                },
+            },
+        )
+        session = self.api.ok(
+            "POST",
+            "/v1/sessions",
+            {
+                "agent": agent["id"],
+                "environment_id": env["id"],
+                "title": "sentinel",
+                "metadata": {"keep": "me"},
+            },
+        )
+        self.api.ok(
+            "POST",
+            f"/v1/sessions/{session['id']}/events",
+            {"events": [{"type": "user.message", "content": TEXT}]},
+        )
         return {"agent": agent["id"], "environment": env["id"], "session": session["id"]}
 
     def read_sentinels(self) -> dict[str, Any]:
@@ -159,8 +220,7 @@ class World:
             "versions": self.api.ok("GET", f"/v1/agents/{agent}/versions"),
             "environment": self.api.ok("GET", f"/v1/environments/{env}"),
             "session": {k: body[k] for k in SESSION_STABLE},
-            "events": self.api.ok("GET", f"/v1/sessions/{session}/events",
-                                  params={"limit": 1000}),
+            "events": self.api.ok("GET", f"/v1/sessions/{session}/events", params={"limit": 1000}),
         }
 
     def observe(self, kind: str) -> Any:
@@ -169,8 +229,11 @@ class World:
         if kind != "session":
             return self.api.ok("GET", f"/v1/{kind}s/{target}")
         body = self.api.ok("GET", f"/v1/sessions/{target}")
-        sent = self.api.ok("GET", f"/v1/sessions/{target}/events",
-                           params={"types[]": CLIENT_EVENT_TYPES, "limit": 1000})
+        sent = self.api.ok(
+            "GET",
+            f"/v1/sessions/{target}/events",
+            params={"types[]": CLIENT_EVENT_TYPES, "limit": 1000},
+        )
         return {**{k: body[k] for k in SESSION_STABLE}, "client_events": sent["data"]}
 
 
@@ -189,8 +252,9 @@ def check_error(resp: httpx.Response, context: str) -> None:
     """Below 500, and an error is the wire envelope with a non-empty message."""
     assert resp.status_code < 500, f"{context} -> {resp.status_code} {resp.text[:300]}"
     # A redirect is no error: the SDK follows it, re-sending the body to another endpoint.
-    assert not 300 <= resp.status_code < 400, f"{context} -> {resp.status_code} " \
-        f"redirect to {resp.headers.get('location')}"
+    assert not 300 <= resp.status_code < 400, (
+        f"{context} -> {resp.status_code} redirect to {resp.headers.get('location')}"
+    )
     if resp.status_code < 400 or resp.request.method == "HEAD":
         return
     try:
@@ -211,9 +275,11 @@ def address(world: World, write: Write, choice: str) -> str:
     """The request path for `write` with the chosen id."""
     if write.kind is None:
         return write.path
-    ident = {"target": lambda: world.target(str(write.kind)),
-             "unknown": lambda: PREFIX[str(write.kind)] + "0" * 26,
-             "other": lambda: world.target(OTHER_KIND[str(write.kind)])}
+    ident = {
+        "target": lambda: world.target(str(write.kind)),
+        "unknown": lambda: PREFIX[str(write.kind)] + "0" * 26,
+        "other": lambda: world.target(OTHER_KIND[str(write.kind)]),
+    }
     return write.path.replace("{id}", ident.get(choice, lambda: choice)())
 
 
@@ -231,7 +297,8 @@ def _exercise(world: World, write: Write, choice: str, content: bytes) -> None:
     addressed = write.kind if choice == "target" else None
     path = address(world, write, choice)
     content = world.fill(content.decode("utf-8", "surrogateescape")).encode(
-        "utf-8", "surrogateescape")
+        "utf-8", "surrogateescape"
+    )
     before = world.observe(addressed) if addressed else None
     since = datetime.now(UTC).isoformat()
     resp = world.api.send(write.method, path, content=content)
@@ -241,8 +308,11 @@ def _exercise(world: World, write: Write, choice: str, content: bytes) -> None:
         if addressed:
             assert world.observe(addressed) == before, f"refused but changed: {context}"
         if write.creates:
-            made = world.api.ok("GET", f"/v1/{write.creates}", params={
-                "created_at[gte]": since, "include_archived": "true"})
+            made = world.api.ok(
+                "GET",
+                f"/v1/{write.creates}",
+                params={"created_at[gte]": since, "include_archived": "true"},
+            )
             assert made["data"] == [], f"refused but created: {context}"
     elif addressed and write.ends:
         world.forget(addressed)
@@ -266,14 +336,16 @@ def test_the_valid_examples_are_accepted(world: World, write: Write) -> None:
     for body in write.valid:
         content = world.fill(dump(body))
         if "sevt_x" not in content:  # those name tool uses no session has
-            resp = world.api.send(write.method, address(world, write, "target"),
-                                  content=content.encode())
+            resp = world.api.send(
+                write.method, address(world, write, "target"), content=content.encode()
+            )
             assert resp.status_code == 200, f"{write} {content}: {resp.text[:300]}"
         if write.ends:
             world.forget(str(write.kind))
 
 
 # Reads first: a write bug can leave an object no list can render, which would fail them.
+
 
 @pytest.mark.parametrize("template", sorted(READS))
 @fuzz(100)
@@ -293,12 +365,20 @@ def test_fuzz_list_and_read_queries(world: World, template: str, data: st.DataOb
 
 
 @fuzz(150)
-@given(method=METHODS, segments=st.lists(SEGMENTS, max_size=5),
-       auth=st.sampled_from(GOOD_AUTH + BAD_AUTH),
-       content=st.none() | st.binary(max_size=32) | JSON.map(lambda v: dump(v).encode()))
-def test_fuzz_paths_methods_and_keys(server: ServerProcess, world: World, method: str,
-                                     segments: list[str], auth: dict[str, str],
-                                     content: bytes | None) -> None:
+@given(
+    method=METHODS,
+    segments=st.lists(SEGMENTS, max_size=5),
+    auth=st.sampled_from(GOOD_AUTH + BAD_AUTH),
+    content=st.none() | st.binary(max_size=32) | JSON.map(lambda v: dump(v).encode()),
+)
+def test_fuzz_paths_methods_and_keys(
+    server: ServerProcess,
+    world: World,
+    method: str,
+    segments: list[str],
+    auth: dict[str, str],
+    content: bytes | None,
+) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as bare:
         resp = bare.request(method, "/v1/" + "/".join(segments), content=content, headers=auth)
     context = f"{method} {resp.request.url} {auth} {content!r:.200}"
@@ -316,8 +396,9 @@ def test_fuzz_write_bodies(world: World, write: Write, choice: str, data: st.Dat
 
 @fuzz(150)
 @given(write=st.sampled_from(WRITES), choice=IDS, content=UNPARSEABLE)
-def test_fuzz_bodies_that_are_not_json_objects(world: World, write: Write, choice: str,
-                                               content: bytes) -> None:
+def test_fuzz_bodies_that_are_not_json_objects(
+    world: World, write: Write, choice: str, content: bytes
+) -> None:
     exercise(world, write, choice, content)
 
 
@@ -330,6 +411,8 @@ def test_after_the_fuzz_the_server_is_healthy_and_sentinels_are_intact(
     agent = client.beta.agents.create(model=MODEL, name="after")
     env = client.beta.environments.create(name="after")
     session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
-    client.beta.sessions.events.send(session.id, events=[
-        {"type": "user.message", "content": [{"type": "text", "text": "still there?"}]}])
+    client.beta.sessions.events.send(
+        session.id,
+        events=[{"type": "user.message", "content": [{"type": "text", "text": "still there?"}]}],
+    )
     wait_idle(client, session.id, stop="end_turn")

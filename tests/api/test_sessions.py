@@ -22,8 +22,14 @@ def test_text_turn_ends_with_end_turn_and_counts_usage(
     wait_idle(client, session_id, stop="end_turn")
     log = events(client, session_id)
     types = [e.type for e in log]
-    assert types == ["user.message", "session.status_running", "span.model_request_start",
-                     "agent.message", "span.model_request_end", "session.status_idle"]
+    assert types == [
+        "user.message",
+        "session.status_running",
+        "span.model_request_start",
+        "agent.message",
+        "span.model_request_end",
+        "session.status_idle",
+    ]
     assert log[3].content[0].text == "Hello there"
     session = client.beta.sessions.retrieve(session_id)
     assert session.status == "idle"
@@ -33,13 +39,22 @@ def test_text_turn_ends_with_end_turn_and_counts_usage(
     assert "sk-test-secret" not in str(log)
 
 
-def test_parallel_custom_tools_any_order(server: ServerProcess,
-                                         fake_model: FakeModelServer) -> None:
-    fake_model.reset([
-        Turn([Text("Looking"), ToolUse("lookup", {"key": "a"}), ToolUse("lookup", {"key": "b"}),
-              ToolUse("lookup", {"key": "c"})]),
-        Turn([Text("Done: a b c")]),
-    ])
+def test_parallel_custom_tools_any_order(
+    server: ServerProcess, fake_model: FakeModelServer
+) -> None:
+    fake_model.reset(
+        [
+            Turn(
+                [
+                    Text("Looking"),
+                    ToolUse("lookup", {"key": "a"}),
+                    ToolUse("lookup", {"key": "b"}),
+                    ToolUse("lookup", {"key": "c"}),
+                ]
+            ),
+            Turn([Text("Done: a b c")]),
+        ]
+    )
     client = server.client()
     session_id, _ = make_session(client)
     say(client, session_id, "look up three")
@@ -47,13 +62,19 @@ def test_parallel_custom_tools_any_order(server: ServerProcess,
     uses = [e for e in events(client, session_id) if e.type == "agent.custom_tool_use"]
     assert sorted(idle.stop_reason.event_ids) == sorted(u.id for u in uses)
     for count, use in enumerate(reversed(uses)):
-        client.beta.sessions.events.send(session_id, events=[{
-            "type": "user.custom_tool_result", "custom_tool_use_id": use.id,
-            "content": [{"type": "text", "text": f"value-{use.input['key']}"}]}])
+        client.beta.sessions.events.send(
+            session_id,
+            events=[
+                {
+                    "type": "user.custom_tool_result",
+                    "custom_tool_use_id": use.id,
+                    "content": [{"type": "text", "text": f"value-{use.input['key']}"}],
+                }
+            ],
+        )
         if count < 2:
             log = events(client, session_id)
-            remaining = wait_idle(client, session_id, stop="requires_action",
-                                  after=len(log) - 1)
+            remaining = wait_idle(client, session_id, stop="requires_action", after=len(log) - 1)
             assert len(remaining.stop_reason.event_ids) == 2 - count
     wait_idle(client, session_id, stop="end_turn")
     results = fake_model.requests[-1]["messages"][-1]["content"]
@@ -66,20 +87,26 @@ def test_answers_are_validated(server: ServerProcess, fake_model: FakeModelServe
     client = server.client()
     session_id, _ = make_session(client)
     with pytest.raises(anthropic.BadRequestError):
-        client.beta.sessions.events.send(session_id, events=[{
-            "type": "user.custom_tool_result", "custom_tool_use_id": "sevt_nope"}])
+        client.beta.sessions.events.send(
+            session_id,
+            events=[{"type": "user.custom_tool_result", "custom_tool_use_id": "sevt_nope"}],
+        )
     say(client, session_id, "go")
     wait_idle(client, session_id, stop="requires_action")
     use = next(e for e in events(client, session_id) if e.type == "agent.custom_tool_use")
-    answer = {"type": "user.custom_tool_result", "custom_tool_use_id": use.id,
-              "content": [{"type": "text", "text": "1"}]}
+    answer = {
+        "type": "user.custom_tool_result",
+        "custom_tool_use_id": use.id,
+        "content": [{"type": "text", "text": "1"}],
+    }
     client.beta.sessions.events.send(session_id, events=[answer])  # type: ignore[list-item]
     with pytest.raises(anthropic.ConflictError):
         client.beta.sessions.events.send(session_id, events=[answer])  # type: ignore[list-item]
     wait_idle(client, session_id, stop="end_turn")
     with pytest.raises(anthropic.BadRequestError) as info:
-        client.beta.sessions.events.send(session_id, events=[{"type": "user.message",
-                                                              "content": []}])
+        client.beta.sessions.events.send(
+            session_id, events=[{"type": "user.message", "content": []}]
+        )
     assert "content" in info.value.message
     with pytest.raises(anthropic.NotFoundError):
         say(client, "sesn_missing", "hi")
@@ -102,19 +129,20 @@ def test_session_pins_agent_version(server: ServerProcess, fake_model: FakeModel
     wait_idle(client, fresh.id, stop="end_turn")
     assert fake_model.requests[-1]["system"][0]["text"] == "NEW PROMPT"
     assert "tools" not in fake_model.requests[-1] or not fake_model.requests[-1]["tools"]
-    pinned = client.beta.sessions.create(agent={"type": "agent", "id": agent_id, "version": 1},
-                                         environment_id=env_id)
+    pinned = client.beta.sessions.create(
+        agent={"type": "agent", "id": agent_id, "version": 1}, environment_id=env_id
+    )
     assert pinned.agent.system == "OLD PROMPT"
 
 
-def test_stream_sees_the_whole_turn_in_order(server: ServerProcess,
-                                            fake_model: FakeModelServer) -> None:
+def test_stream_sees_the_whole_turn_in_order(
+    server: ServerProcess, fake_model: FakeModelServer
+) -> None:
     fake_model.reset([Turn([Text("streamed " * 20)], chunk_delay=0.001)])
     client = server.client()
     session_id, _ = make_session(client)
     seen: list[object] = []
-    with client.beta.sessions.events.stream(session_id,
-                                            event_deltas=["agent.message"]) as stream:
+    with client.beta.sessions.events.stream(session_id, event_deltas=["agent.message"]) as stream:
         say(client, session_id, "stream me")
         for event in stream:
             seen.append(event)
@@ -130,8 +158,9 @@ def test_stream_sees_the_whole_turn_in_order(server: ServerProcess,
     assert "".join(p.delta.content.text for p in previews) == message.content[0].text  # type: ignore[attr-defined]
 
 
-def test_overloaded_model_is_retried_then_succeeds(server: ServerProcess,
-                                                   fake_model: FakeModelServer) -> None:
+def test_overloaded_model_is_retried_then_succeeds(
+    server: ServerProcess, fake_model: FakeModelServer
+) -> None:
     fake_model.reset([ErrorReply(status=529), ErrorReply(status=429), Turn([Text("finally")])])
     client = server.client()
     session_id, _ = make_session(client)
@@ -139,14 +168,14 @@ def test_overloaded_model_is_retried_then_succeeds(server: ServerProcess,
     wait_idle(client, session_id, stop="end_turn")
     log = events(client, session_id)
     errors = [e for e in log if e.type == "session.error"]
-    assert [e.error.type for e in errors] == ["model_overloaded_error",
-                                             "model_rate_limited_error"]
+    assert [e.error.type for e in errors] == ["model_overloaded_error", "model_rate_limited_error"]
     assert all(e.error.retry_status.type == "retrying" for e in errors)
     assert sum(e.type == "session.status_rescheduled" for e in log) == 2
 
 
-def test_non_retryable_model_error_exhausts(server: ServerProcess,
-                                           fake_model: FakeModelServer) -> None:
+def test_non_retryable_model_error_exhausts(
+    server: ServerProcess, fake_model: FakeModelServer
+) -> None:
     fake_model.reset([ErrorReply(status=400, message="bad request")])
     client = server.client()
     session_id, _ = make_session(client)
@@ -180,8 +209,9 @@ def test_session_list_update_archive_delete(server: ServerProcess) -> None:
     session_id, agent_id = make_session(client)
     updated = client.beta.sessions.update(session_id, title="t2", metadata={"k": "v"})
     assert updated.title == "t2" and updated.metadata == {"k": "v"}
-    listed = [s.id for s in client.beta.sessions.list(agent_id=agent_id, statuses=["idle"],
-                                                       order="asc")]
+    listed = [
+        s.id for s in client.beta.sessions.list(agent_id=agent_id, statuses=["idle"], order="asc")
+    ]
     assert listed == [session_id]
     assert [e.type for e in events(client, session_id)] == ["session.updated"]
     assert client.beta.sessions.archive(session_id).archived_at is not None
@@ -196,8 +226,11 @@ def test_session_create_rejects_what_it_cannot_serve(server: ServerProcess) -> N
     agent = client.beta.agents.create(model="claude-haiku-4-5", name="r", tools=[LOOKUP])  # type: ignore[list-item]
     env = client.beta.environments.create(name="e")
     with pytest.raises(anthropic.BadRequestError) as info:
-        client.beta.sessions.create(agent=agent.id, environment_id=env.id, resources=[
-            {"type": "github_repository", "url": "https://github.com/o/r"}])
+        client.beta.sessions.create(
+            agent=agent.id,
+            environment_id=env.id,
+            resources=[{"type": "github_repository", "url": "https://github.com/o/r"}],
+        )
     assert "github_repository" in info.value.message
     with pytest.raises(anthropic.NotFoundError):
         client.beta.sessions.create(agent="agent_missing", environment_id=env.id)

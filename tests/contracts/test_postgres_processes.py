@@ -277,4 +277,3 @@ async def _event_count(url: str, sid: str) -> int:
         cur = await conn.execute("SELECT count(*) FROM events WHERE session_id = %s", (sid,))
         row = await cur.fetchone()
         return int(row[0]) if row else -1
-

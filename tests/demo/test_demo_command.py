@@ -11,8 +11,14 @@ from pathlib import Path
 def test_demo_command_solves_the_incident_offline(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
     env["CORRAL_CONFIG"] = str(tmp_path / "absent.toml")
-    done = subprocess.run([sys.executable, "-m", "corral", "demo"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [sys.executable, "-m", "corral", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "solved" in done.stdout and "scripted" in done.stdout
     report = (tmp_path / "corral-demo-outputs" / "postmortem.md").read_text()

@@ -312,7 +312,7 @@ def test_tools_serve_the_story(demo_data: Path) -> None:
 
 def test_a_zero_grep_count_is_a_count_not_an_error(tmp_path: Path) -> None:
     data = generate(tmp_path / "quiet", log_lines=300)
-    data.log_path.write_text("2026-04-22T00:00:00.000Z INFO  svc=cart msg=\"all quiet\"\n")
+    data.log_path.write_text('2026-04-22T00:00:00.000Z INFO  svc=cart msg="all quiet"\n')
     played = play(data.root, tool_definitions() + SANDBOX_TOOLS)
     final = played.final_text
     assert '0 "connection pool exhausted" lines (0 from cart)' in final

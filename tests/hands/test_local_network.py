@@ -102,8 +102,19 @@ async def test_unrestricted_cannot_reach_the_hosts_internal_services(
 def test_only_public_addresses_count_as_public() -> None:
     from corral.hands._egress import is_public
 
-    for internal in ("127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
-                     "::1", "fe80::1", "fc00::1", "0.0.0.0", "::ffff:127.0.0.1", "100.64.0.1"):
+    for internal in (
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "::1",
+        "fe80::1",
+        "fc00::1",
+        "0.0.0.0",
+        "::ffff:127.0.0.1",
+        "100.64.0.1",
+    ):
         assert not is_public(internal), internal
     for public in ("1.1.1.1", "8.8.8.8", "2606:4700:4700::1111"):
         assert is_public(public), public

@@ -28,33 +28,59 @@ def last_result(client: anthropic.Anthropic, session_id: str) -> str:
     return results[-1].content[0].text  # type: ignore[no-any-return]
 
 
-def test_mounted_file_grep_output_and_skill(server: ServerProcess,
-                                            fake_model: FakeModelServer) -> None:
+def test_mounted_file_grep_output_and_skill(
+    server: ServerProcess, fake_model: FakeModelServer
+) -> None:
     client = server.client()
-    log = b"".join(f"line {i} {'ERROR pool exhausted' if i % 7 == 0 else 'ok'}\n".encode()
-                   for i in range(1000))
+    log = b"".join(
+        f"line {i} {'ERROR pool exhausted' if i % 7 == 0 else 'ok'}\n".encode() for i in range(1000)
+    )
     uploaded = client.beta.files.upload(file=("app.log", log, "text/plain"))
     assert uploaded.size_bytes == len(log)
     skill = client.beta.skills.create(
         files=[("incident-triage-runbook/SKILL.md", SKILL_MD, "text/markdown")],
-        display_name="Runbook")
+        display_name="Runbook",
+    )
     agent = client.beta.agents.create(
-        model="claude-sonnet-4-5", name="sre", system="Triage.", tools=[TOOLSET],  # type: ignore[list-item]
-        skills=[{"type": "custom", "skill_id": skill.id}])
+        model="claude-sonnet-4-5",
+        name="sre",
+        system="Triage.",
+        tools=[TOOLSET],  # type: ignore[list-item]
+        skills=[{"type": "custom", "skill_id": skill.id}],
+    )
     assert agent.skills[0].version == skill.latest_version_id
     env = client.beta.environments.create(name="e", config={"type": "cloud"})
     session = client.beta.sessions.create(
-        agent=agent.id, environment_id=env.id,
-        resources=[{"type": "file", "file_id": uploaded.id, "mount_path": "app.log"}])
+        agent=agent.id,
+        environment_id=env.id,
+        resources=[{"type": "file", "file_id": uploaded.id, "mount_path": "app.log"}],
+    )
     assert session.resources[0].mount_path == "/mnt/session/uploads/app.log"  # type: ignore[union-attr]
-    fake_model.reset([
-        Turn([ToolUse("read", {"file_path": "/workspace/skills/incident-triage-runbook/SKILL.md"})]),
-        Turn([ToolUse("bash", {"command": "grep -c ERROR /mnt/session/uploads/app.log"})]),
-        Turn([ToolUse("bash", {"command": "mkdir -p /mnt/session/outputs && "
-                                          "grep ERROR /mnt/session/uploads/app.log "
-                                          "> /mnt/session/outputs/errors.txt"})]),
-        Turn([Text("done")]),
-    ])
+    fake_model.reset(
+        [
+            Turn(
+                [
+                    ToolUse(
+                        "read", {"file_path": "/workspace/skills/incident-triage-runbook/SKILL.md"}
+                    )
+                ]
+            ),
+            Turn([ToolUse("bash", {"command": "grep -c ERROR /mnt/session/uploads/app.log"})]),
+            Turn(
+                [
+                    ToolUse(
+                        "bash",
+                        {
+                            "command": "mkdir -p /mnt/session/outputs && "
+                            "grep ERROR /mnt/session/uploads/app.log "
+                            "> /mnt/session/outputs/errors.txt"
+                        },
+                    )
+                ]
+            ),
+            Turn([Text("done")]),
+        ]
+    )
     say(client, session.id, "triage")
     wait_idle(client, session.id, stop="end_turn")
     results = [e for e in events(client, session.id) if e.type == "agent.tool_result"]
@@ -74,16 +100,21 @@ def test_mounted_file_grep_output_and_skill(server: ServerProcess,
 
 def test_lazy_provisioning(server: ServerProcess, fake_model: FakeModelServer) -> None:
     client = server.client()
-    agent = client.beta.agents.create(model="claude-sonnet-4-5", name="lazy",
-                                      tools=[TOOLSET, LOOKUP])  # type: ignore[list-item]
+    agent = client.beta.agents.create(
+        model="claude-sonnet-4-5", name="lazy", tools=[TOOLSET, LOOKUP]
+    )  # type: ignore[list-item]
     env = client.beta.environments.create(name="e")
     session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
     before = status(server)["provisioned_total"]
-    fake_model.reset([Turn([Text("no tools needed")]),
-                      Turn([ToolUse("bash", {"command": "echo $$ > /tmp/pid; echo one"})]),
-                      Turn([Text("ran")]),
-                      Turn([ToolUse("bash", {"command": "echo two"})]),
-                      Turn([Text("ran again")])])
+    fake_model.reset(
+        [
+            Turn([Text("no tools needed")]),
+            Turn([ToolUse("bash", {"command": "echo $$ > /tmp/pid; echo one"})]),
+            Turn([Text("ran")]),
+            Turn([ToolUse("bash", {"command": "echo two"})]),
+            Turn([Text("ran again")]),
+        ]
+    )
     say(client, session.id, "just talk")
     wait_idle(client, session.id, stop="end_turn")
     assert status(server)["provisioned_total"] == before, "a text-only turn made a sandbox"
@@ -100,26 +131,42 @@ def test_lazy_provisioning(server: ServerProcess, fake_model: FakeModelServer) -
 
 def test_always_ask_allow_and_deny(server: ServerProcess, fake_model: FakeModelServer) -> None:
     client = server.client()
-    ask = {"type": "agent_toolset_20260401",
-           "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}]}
+    ask = {
+        "type": "agent_toolset_20260401",
+        "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}],
+    }
     agent = client.beta.agents.create(model="claude-sonnet-4-5", name="ask", tools=[ask])  # type: ignore[list-item]
     env = client.beta.environments.create(name="e")
     session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
-    fake_model.reset([Turn([ToolUse("bash", {"command": "echo allowed > /workspace/a"})]),
-                      Turn([ToolUse("bash", {"command": "echo denied > /workspace/d"})]),
-                      Turn([Text("finished")])])
+    fake_model.reset(
+        [
+            Turn([ToolUse("bash", {"command": "echo allowed > /workspace/a"})]),
+            Turn([ToolUse("bash", {"command": "echo denied > /workspace/d"})]),
+            Turn([Text("finished")]),
+        ]
+    )
     say(client, session.id, "go")
     idle = wait_idle(client, session.id, stop="requires_action")
     use = next(e for e in events(client, session.id) if e.type == "agent.tool_use")
     assert use.evaluated_permission == "ask" and idle.stop_reason.event_ids == [use.id]
-    client.beta.sessions.events.send(session.id, events=[
-        {"type": "user.tool_confirmation", "tool_use_id": use.id, "result": "allow"}])
+    client.beta.sessions.events.send(
+        session.id,
+        events=[{"type": "user.tool_confirmation", "tool_use_id": use.id, "result": "allow"}],
+    )
     n = len(events(client, session.id))
     idle = wait_idle(client, session.id, stop="requires_action", after=n)
     second = idle.stop_reason.event_ids[0]
-    client.beta.sessions.events.send(session.id, events=[
-        {"type": "user.tool_confirmation", "tool_use_id": second, "result": "deny",
-         "deny_message": "not on prod"}])
+    client.beta.sessions.events.send(
+        session.id,
+        events=[
+            {
+                "type": "user.tool_confirmation",
+                "tool_use_id": second,
+                "result": "deny",
+                "deny_message": "not on prod",
+            }
+        ],
+    )
     wait_idle(client, session.id, stop="end_turn")
     workspace = server.data_dir / "sessions" / session.id / "workspace"
     assert (workspace / "a").read_text() == "allowed\n"
@@ -132,20 +179,27 @@ def test_file_api_bad_input(server: ServerProcess) -> None:
     client = server.client()
     with pytest.raises(anthropic.NotFoundError):
         client.beta.files.retrieve_metadata("file_missing")
-    raw = httpx.post(f"{server.url}/v1/files", headers={"x-api-key": API_KEY},
-                     content=b"not multipart")
+    raw = httpx.post(
+        f"{server.url}/v1/files", headers={"x-api-key": API_KEY}, content=b"not multipart"
+    )
     assert raw.status_code == 400
     with pytest.raises(anthropic.BadRequestError):
         client.beta.skills.create(files=[("SKILL.md", b"no folder", "text/markdown")])
     env = client.beta.environments.create(name="e")
     agent = client.beta.agents.create(model="claude-sonnet-4-5", name="f")
     with pytest.raises(anthropic.BadRequestError) as info:
-        client.beta.sessions.create(agent=agent.id, environment_id=env.id, resources=[
-            {"type": "file", "file_id": "file_missing"}])
+        client.beta.sessions.create(
+            agent=agent.id,
+            environment_id=env.id,
+            resources=[{"type": "file", "file_id": "file_missing"}],
+        )
     assert "file_id" in info.value.message
     uploaded = client.beta.files.upload(file=("../../etc/passwd", b"x", "text/plain"))
     assert uploaded.filename == "passwd"
     with pytest.raises(anthropic.BadRequestError):
-        client.beta.sessions.create(agent=agent.id, environment_id=env.id, resources=[
-            {"type": "file", "file_id": uploaded.id, "mount_path": "/etc/passwd"}])
+        client.beta.sessions.create(
+            agent=agent.id,
+            environment_id=env.id,
+            resources=[{"type": "file", "file_id": uploaded.id, "mount_path": "/etc/passwd"}],
+        )
     assert client.beta.files.delete(uploaded.id).type == "file_deleted"

@@ -65,9 +65,7 @@ def is_public(address: str) -> bool:
 async def public_address(host: str, port: int) -> str | None:
     """The first address of `host` if every address it resolves to is public, else None."""
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(
-            host, port, type=socket.SOCK_STREAM
-        )
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError:
         return None
     addresses = [str(info[4][0]) for info in infos]
@@ -173,9 +171,12 @@ class EgressProxy:
             return None
         address = await public_address(host, port)
         if address is None:
-            await _refuse(writer, "403 Forbidden",
-                          f"host {host!r} is internal or does not resolve; sandboxes may only "
-                          "reach public addresses")
+            await _refuse(
+                writer,
+                "403 Forbidden",
+                f"host {host!r} is internal or does not resolve; sandboxes may only "
+                "reach public addresses",
+            )
         return address
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
