@@ -30,6 +30,8 @@ class Settings:
     lease_seconds: float = 10.0
     sandbox_idle_seconds: float = 600.0
     max_file_bytes: int = 512 * 1024 * 1024
+    sse_ping_seconds: float = 15.0
+    """Keep-alive interval on idle SSE streams (the SDK's read timeout is 600 s)."""
     bwrap: str = "bwrap"
     model_routes: tuple[ModelRoute, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
@@ -91,6 +93,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         out["database_url"] = env["CORRAL_DATABASE_URL"]
     if env.get("CORRAL_LEASE_SECONDS"):
         out["lease_seconds"] = float(env["CORRAL_LEASE_SECONDS"])
+    if env.get("CORRAL_SSE_PING_SECONDS"):
+        out["sse_ping_seconds"] = float(env["CORRAL_SSE_PING_SECONDS"])
     if env.get("CORRAL_WORKERS"):
         out["workers"] = int(env["CORRAL_WORKERS"])
     if env.get("CORRAL_EAGER_SANDBOXES") == "1":

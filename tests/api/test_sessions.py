@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
+from pathlib import Path
 
 import anthropic
+import httpx
 import pytest
 
 from tests.api.helpers import LOOKUP, assert_log_sound, events, make_session, say, wait_idle
 from tests.fakes.messages_server import ErrorReply, FakeModelServer, Text, ToolUse, Turn
-from tests.server import ServerProcess
+from tests.server import API_KEY, ServerProcess
 
 
 def test_text_turn_ends_with_end_turn_and_counts_usage(
@@ -251,3 +254,28 @@ def test_events_list_pages_both_ways(server: ServerProcess, fake_model: FakeMode
     assert forward == list(reversed(backward)) and len(forward) == 12
     only = list(client.beta.sessions.events.list(session_id, types=["agent.message"]))
     assert [e.content[0].text for e in only] == ["one", "two"]
+
+
+def test_idle_streams_get_pings_and_unknown_sessions_404(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", env={"CORRAL_SSE_PING_SECONDS": "0.2"}).start()
+    try:
+        client = server.client()
+        agent = client.beta.agents.create(model="claude-haiku-4-5", name="p")
+        env = client.beta.environments.create(name="e")
+        session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
+        headers = {"x-api-key": API_KEY}
+        url = f"{server.url}/v1/sessions/{session.id}/events/stream"
+        with httpx.stream("GET", url, headers=headers, timeout=10) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            lines = response.iter_lines()
+            pings = [line for line in itertools.islice(lines, 12) if line == "event: ping"]
+        assert len(pings) >= 2
+        with (
+            pytest.raises(anthropic.NotFoundError),
+            client.beta.sessions.events.stream("sesn_missing") as stream,
+        ):
+            next(iter(stream))
+        missing_key = httpx.get(url, timeout=5)
+        assert missing_key.status_code == 401
+    finally:
+        server.stop()

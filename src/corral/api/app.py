@@ -121,7 +121,10 @@ def create_app(runtime: Runtime) -> Starlette:
 def create_asgi(runtime: Runtime) -> ASGIApp:
     """The full server: API key check -> SSE tails (bare ASGI) -> the Starlette app."""
     app = create_app(runtime)
-    return ApiKeyAuth(StreamRouter(app, runtime.store, error_response), runtime.settings.api_keys)
+    router = StreamRouter(
+        app, runtime.store, error_response, ping_seconds=runtime.settings.sse_ping_seconds
+    )
+    return ApiKeyAuth(router, runtime.settings.api_keys)
 
 
 async def _reap_sandboxes(runtime: Runtime) -> None:

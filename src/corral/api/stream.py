@@ -60,10 +60,13 @@ class StreamRouter:
     Authentication has already run (the key check wraps this router).
     """
 
-    def __init__(self, app: ASGIApp, store: Store, render_error: Any) -> None:
+    def __init__(
+        self, app: ASGIApp, store: Store, render_error: Any, *, ping_seconds: float = PING_SECONDS
+    ) -> None:
         self.app = app
         self.store = store
         self.render_error = render_error
+        self.ping_seconds = ping_seconds
         self.frames = _FrameCache()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -103,7 +106,7 @@ class StreamRouter:
         self, session_id: str, sub: Any, position: int, deltas: set[str], send: Send
     ) -> None:
         while True:
-            signals = await sub.next(PING_SECONDS)
+            signals = await sub.next(self.ping_seconds)
             if not signals:
                 await _write(send, _PING)
                 continue
