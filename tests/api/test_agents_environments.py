@@ -6,19 +6,10 @@ import anthropic
 import httpx
 import pytest
 
+from tests.api.helpers import LOOKUP
 from tests.server import ServerProcess
 
 TOOLSET = {"type": "agent_toolset_20260401"}
-LOOKUP = {
-    "type": "custom",
-    "name": "lookup",
-    "description": "Look up a key",
-    "input_schema": {
-        "type": "object",
-        "properties": {"key": {"type": "string"}},
-        "required": ["key"],
-    },
-}
 
 
 def test_agent_lifecycle(server: ServerProcess) -> None:
