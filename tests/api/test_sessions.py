@@ -279,3 +279,27 @@ def test_idle_streams_get_pings_and_unknown_sessions_404(tmp_path: Path) -> None
         assert missing_key.status_code == 401
     finally:
         server.stop()
+
+
+def test_message_sent_while_the_model_streams_is_answered(
+    server: ServerProcess, fake_model: FakeModelServer
+) -> None:
+    fake_model.reset(
+        [Turn([Text("first answer")], first_token_delay=1.0), Turn([Text("second answer")])]
+    )
+    client = server.client()
+    session_id, _ = make_session(client)
+    say(client, session_id, "first question")
+    while not any(e.type == "span.model_request_start" for e in events(client, session_id)):
+        threading.Event().wait(0.02)
+    say(client, session_id, "second question, sent mid-stream")
+    deadline = threading.Event()
+    for _ in range(300):
+        texts = [e.content[0].text for e in events(client, session_id) if e.type == "agent.message"]
+        if texts == ["first answer", "second answer"]:
+            break
+        deadline.wait(0.05)
+    assert texts == ["first answer", "second answer"]
+    last_request = fake_model.requests[-1]["messages"]
+    assert "second question" in str(last_request)
+    wait_idle(client, session_id, stop="end_turn")

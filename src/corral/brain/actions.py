@@ -121,7 +121,9 @@ async def call_model(run: Run, state: SessionState) -> None:
     start = ev.event("span.model_request_start")
     await run.append(*first, start)
     skills = await _skill_lines(run, agent)
-    request = build_request(agent, run.bodies(), model_name=model_name, skills=skills)
+    start_seq = next(e.seq for e in reversed(run.events) if e.id == start["id"])
+    seen = [e.body for e in run.events if e.seq <= start_seq]
+    request = build_request(agent, seen, model_name=model_name, skills=skills)
     settings = run.deps.settings
     for attempt in range(settings.max_model_retries + 1):
         error: ModelError | None

@@ -73,6 +73,8 @@ class SessionState:
     """event_ids of the newest `requires_action` idle, if that is the current status."""
     interrupt_seq: int = 0
     model_requests: int = 0
+    request_starts: dict[str, int] = field(default_factory=dict)
+    """span.model_request_start id -> seq: a response answers what was logged before it."""
 
     @property
     def interrupt_pending(self) -> bool:
@@ -116,10 +118,15 @@ def _apply(state: SessionState, seq: int, body: dict[str, Any]) -> None:
         state.last_input_seq = seq
     elif kind == "user.interrupt":
         state.interrupt_seq = seq
+    elif kind == "span.model_request_start":
+        state.request_starts[str(body["id"])] = seq
     elif kind == "span.model_request_end":
         state.model_requests += 1
         if not body.get("is_error"):
-            state.last_answer_seq = seq
+            # Input logged while the model was streaming was not in its request: only what
+            # preceded the request's start counts as answered.
+            started = state.request_starts.get(str(body.get("model_request_start_id")), seq)
+            state.last_answer_seq = max(state.last_answer_seq, started)
     elif kind.startswith("session.status_"):
         _apply_status(state, seq, kind, body)
 
