@@ -32,6 +32,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=30000")
     conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA cache_size=-65536")  # 64 MiB of page cache per connection
     return conn
 
 
@@ -107,13 +108,11 @@ class SqliteDatabase:
             self._run_batch(conn, batch)
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
-        outcomes: list[tuple[bool, Any]] = []
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            if len(batch) == 1:  # nothing to isolate it from: the transaction is its savepoint
-                outcomes.append(_run_alone(conn, batch[0][0]))
-            else:
-                outcomes.extend(_run_in_savepoint(conn, op[0]) for op in batch)
+            outcomes = _optimistic(conn, batch)
+            if outcomes is None:  # some op failed: redo, isolating each op in a savepoint
+                conn.execute("BEGIN IMMEDIATE")
+                outcomes = [_run_in_savepoint(conn, op[0]) for op in batch]
             conn.execute("COMMIT")
             self.commits += 1
         except BaseException as exc:  # the whole batch failed to commit: fail every op
@@ -123,13 +122,21 @@ class SqliteDatabase:
         _resolve(batch, outcomes)
 
 
-def _run_alone(conn: sqlite3.Connection, fn: WriteFn) -> tuple[bool, Any]:
-    try:
-        return True, fn(conn)
-    except Exception as exc:
-        conn.execute("ROLLBACK")
-        conn.execute("BEGIN IMMEDIATE")
-        return False, exc
+def _optimistic(conn: sqlite3.Connection, batch: list[Any]) -> list[tuple[bool, Any]] | None:
+    """Run every op in one transaction without savepoints (the common case: nothing fails).
+
+    Returns the outcomes with the transaction still open, or None after rolling back if any
+    op raised, so that the caller can redo the batch with per-op isolation.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    outcomes: list[tuple[bool, Any]] = []
+    for op in batch:
+        try:
+            outcomes.append((True, op[0](conn)))
+        except Exception:
+            conn.execute("ROLLBACK")
+            return None
+    return outcomes
 
 
 def _resolve(batch: list[Any], outcomes: list[tuple[bool, Any]]) -> None:
