@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import anyio
 
@@ -13,10 +14,12 @@ from corral.brain.run import BrainDeps, BrainSettings
 from corral.brain.sandboxes import SandboxPool
 from corral.brain.scheduler import Scheduler
 from corral.config import Settings
+from corral.errors import HandsError
 from corral.files.blobs import LocalBlobStore
 from corral.files.outputs import OutputCollector
 from corral.files.service import FileService
 from corral.hands.base import Mount, Networking, SandboxRecipe
+from corral.hands.layers import LayerBuilder, PackageSpec, layer_env, layer_mount
 from corral.models.base import ModelClient
 from corral.models.router import ModelRouter
 from corral.service.agents import AgentService
@@ -86,9 +89,11 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     async def collect_outputs(recipe: SandboxRecipe) -> None:
         await outputs.collect(recipe.session_id, recipe.outputs)
 
+    hands = LocalHands(settings.data_dir / "sandboxes", bwrap=settings.bwrap)
+    layers = LayerBuilder(hands, settings.data_dir / "layers")
     sandboxes = SandboxPool(
-        LocalHands(settings.data_dir / "sandboxes", bwrap=settings.bwrap),
-        recipe_factory(settings, store, files, skills),
+        hands,
+        recipe_factory(settings, store, files, skills, layers=layers),
         idle_seconds=settings.sandbox_idle_seconds,
         after_execute=collect_outputs,
     )
@@ -124,9 +129,15 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
 
 
 def recipe_factory(
-    settings: Settings, store: Store, files: FileService, skills: SkillService
+    settings: Settings,
+    store: Store,
+    files: FileService,
+    skills: SkillService,
+    *,
+    layers: LayerBuilder | None = None,
 ) -> Callable[[str], Awaitable[SandboxRecipe]]:
-    """How a session's sandbox is (re)made: environment networking, file mounts, skills."""
+    """How a session's sandbox is (re)made: environment networking and packages, file mounts,
+    skills. The environment's package layer is built on first use (see `hands.layers`)."""
 
     async def recipe_for(session_id: str) -> SandboxRecipe:
         row = await store.get_session(session_id)
@@ -135,36 +146,15 @@ def recipe_factory(
         env = await store.get_resource("environment", row.environment_id)
         # Fail closed: a deleted environment's networking is unknown, so grant none.
         config = (env.body.get("config") or {}) if env else {"networking": {"type": "none"}}
-        net = config.get("networking") or {"type": "unrestricted"}
-        networking = Networking(
-            type="limited"
-            if net["type"] == "limited"
-            else "none"
-            if net["type"] == "none"
-            else "unrestricted",
-            allowed_hosts=tuple(net.get("allowed_hosts") or ()),
-            allow_package_managers=bool(net.get("allow_package_managers")),
-        )
-        mounts = []
-        for resource in row.body.get("resources") or []:
-            if resource.get("type") == "file":
-                body = await files.get_body(resource["file_id"])
-                mounts.append(
-                    Mount(
-                        host_path=files.blobs.path(body["sha256"]),
-                        sandbox_path=resource["mount_path"],
-                        read_only=True,
-                    )
-                )
-        for ref in row.body["agent"].get("skills") or []:
-            skill = await skills.materialize(ref["skill_id"], ref["version"])
-            mounts.append(
-                Mount(
-                    host_path=skill.host_dir,
-                    sandbox_path=f"/workspace/skills/{skill.name}",
-                    read_only=True,
-                )
-            )
+        mounts = await _resource_mounts(row.body, files, skills)
+        extra_env: dict[str, str] = {}
+        spec = PackageSpec.from_config(config.get("packages"))
+        if not spec.empty:
+            if layers is None:
+                msg = "this server cannot install environment packages"
+                raise HandsError("packages_unsupported", msg, retryable=False)
+            mounts.append(layer_mount(await layers.ensure(spec)))
+            extra_env.update(layer_env())
         base = settings.data_dir / "sessions" / session_id
         for sub in ("workspace", "outputs"):
             (base / sub).mkdir(parents=True, exist_ok=True)
@@ -172,8 +162,51 @@ def recipe_factory(
             session_id=session_id,
             workspace=base / "workspace",
             outputs=base / "outputs",
-            networking=networking,
+            networking=_networking(config),
             mounts=tuple(mounts),
+            env=extra_env,
         )
 
     return recipe_for
+
+
+_NETWORK_TYPES: dict[str, Literal["unrestricted", "limited", "none"]] = {
+    "limited": "limited",
+    "none": "none",
+}
+
+
+def _networking(config: dict[str, Any]) -> Networking:
+    net = config.get("networking") or {"type": "unrestricted"}
+    return Networking(
+        type=_NETWORK_TYPES.get(net["type"], "unrestricted"),
+        allowed_hosts=tuple(net.get("allowed_hosts") or ()),
+        allow_package_managers=bool(net.get("allow_package_managers")),
+    )
+
+
+async def _resource_mounts(
+    session: dict[str, Any], files: FileService, skills: SkillService
+) -> list[Mount]:
+    """Read-only mounts of the session's file resources and its agent's skills."""
+    mounts = []
+    for resource in session.get("resources") or []:
+        if resource.get("type") == "file":
+            body = await files.get_body(resource["file_id"])
+            mounts.append(
+                Mount(
+                    host_path=files.blobs.path(body["sha256"]),
+                    sandbox_path=resource["mount_path"],
+                    read_only=True,
+                )
+            )
+    for ref in session["agent"].get("skills") or []:
+        skill = await skills.materialize(ref["skill_id"], ref["version"])
+        mounts.append(
+            Mount(
+                host_path=skill.host_dir,
+                sandbox_path=f"/workspace/skills/{skill.name}",
+                read_only=True,
+            )
+        )
+    return mounts

@@ -287,7 +287,7 @@ WRITES = (
             {"name": "n2"},
             {"description": "d", "metadata": {"k": "", "n": "1"}},
             {"config": {"type": "cloud", "networking": {"type": "unrestricted"}}},
-            {"config": {"type": "cloud", "packages": {"apt": ["curl"]}}},
+            {"config": {"type": "cloud", "packages": {"pip": ["six"]}}},
         ),
         kind="environment",
     ),

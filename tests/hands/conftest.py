@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -36,3 +38,20 @@ def make_recipe(tmp_path: Path, name: str = "s1", **kwargs: object) -> SandboxRe
     return SandboxRecipe(
         session_id=name, workspace=base / "workspace", outputs=base / "outputs", **kwargs
     )  # type: ignore[arg-type]
+
+
+@functools.cache
+def reachable(host: str, port: int = 443) -> bool:
+    """Whether this machine can open a TCP connection to `host` (probed once per run)."""
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+def needs_registry(host: str) -> pytest.MarkDecorator:
+    """Skip (with the reason) when a package registry cannot be reached from this machine."""
+    return pytest.mark.skipif(
+        not reachable(host), reason=f"{host}:443 is unreachable; this test installs real packages"
+    )

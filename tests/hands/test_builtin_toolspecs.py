@@ -1,13 +1,18 @@
-"""The built-in tool definitions match the SDK's input types for agent_toolset_20260401."""
+"""The built-in tool definitions match the SDK's input types for agent_toolset_20260401, and
+which of them a resolved toolset enables."""
 
 from __future__ import annotations
 
 import typing
+from typing import Any
 
 import pytest
 from anthropic.types import beta
 
+from corral.errors import BadRequest
 from corral.tools.builtin import BUILTIN_TOOLS, SANDBOX_TOOLS
+from corral.tools.resolve import enabled_builtins, resolve_tools
+from corral.wire.agents import AgentToolset
 
 SDK_INPUTS = {
     "bash": beta.BetaManagedAgentsAgentToolset20260401BashInput,
@@ -20,10 +25,45 @@ SDK_INPUTS = {
 
 
 def test_names() -> None:
-    assert set(BUILTIN_TOOLS) == {*SANDBOX_TOOLS, "web_fetch"}
-    assert set(SANDBOX_TOOLS) == set(SDK_INPUTS)
+    assert set(BUILTIN_TOOLS) == set(SANDBOX_TOOLS) == {*SDK_INPUTS, "web_fetch"}
     assert all(spec.name == name for name, spec in BUILTIN_TOOLS.items())
-    assert [n for n, s in BUILTIN_TOOLS.items() if s.needs_network] == ["web_fetch"]
+
+
+def test_web_fetch_schema() -> None:
+    """The SDK leaves web_fetch's input untyped; the tool config's names are the reference."""
+    schema = BUILTIN_TOOLS["web_fetch"].input_schema
+    assert schema["required"] == ["url"]
+    assert {k: v["type"] for k, v in schema["properties"].items()} == {
+        "url": "string",
+        "max_content_tokens": "integer",
+    }
+
+
+def resolved(configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    toolset = AgentToolset.model_validate({"type": "agent_toolset_20260401", "configs": configs})
+    return enabled_builtins(resolve_tools([toolset], []))
+
+
+def test_web_fetch_is_served_and_enabled_by_default_but_web_search_is_not() -> None:
+    assert set(resolved([])) == {*SDK_INPUTS, "web_fetch"}
+    assert "web_fetch" not in resolved([{"name": "web_fetch", "enabled": False}])
+    with pytest.raises(BadRequest, match="'web_search' is not available"):
+        resolved([{"name": "web_search", "enabled": True}])
+
+
+def test_web_fetch_config_extras_are_checked() -> None:
+    config = resolved([{"name": "web_fetch", "allowed_domains": ["a.example"]}])["web_fetch"]
+    assert config["allowed_domains"] == ["a.example"]
+    bad: dict[str, Any]
+    for bad in (
+        {"allowed_domains": ["a.example"], "blocked_domains": ["b.example"]},
+        {"blocked_domains": []},
+        {"allowed_domains": "a.example"},
+        {"max_content_tokens": 0},
+        {"max_content_tokens": True},
+    ):
+        with pytest.raises(BadRequest, match="web_fetch"):
+            resolved([{"name": "web_fetch", **bad}])
 
 
 @pytest.mark.parametrize("name", sorted(SDK_INPUTS))

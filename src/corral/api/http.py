@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from corral.errors import ApiError, BadRequest, PayloadTooLarge
+from corral.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from corral.ids import new_id
 
 M = TypeVar("M", bound=BaseModel)
@@ -115,6 +115,8 @@ def _check_text(text: str, path: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise BadRequest(f"{path}: contains an unpaired surrogate (invalid Unicode)") from exc
+    if "\x00" in text:  # PostgreSQL text cannot hold NUL; refuse it on every backend alike
+        raise BadRequest(f"{path}: contains a NUL character")
 
 
 def describe_validation(exc: ValidationError) -> str:
@@ -136,6 +138,15 @@ def _wire_path(loc: tuple[Any, ...]) -> str:
         elif not (is_tag or any(c in text for c in ".[-")):
             out += f".{text}" if out else text
     return out or "body"
+
+
+def _check_params(request: Request) -> None:
+    """No stored id or filter can contain NUL or invalid Unicode: refuse such parameters."""
+    for name, value in request.path_params.items():
+        if "\x00" in str(value):
+            raise NotFound(f"{name}: no object has an id containing a NUL character")
+    for name, value in request.query_params.multi_items():
+        _check_text(value, name)
 
 
 def query_list(request: Request, name: str) -> list[str]:
@@ -181,6 +192,7 @@ def json_route(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
 
     async def endpoint(request: Request) -> Response:
         try:
+            _check_params(request)
             result = await handler(request)
         except ApiError as exc:
             return error_response(exc)

@@ -74,9 +74,9 @@ class StreamRouter:
         if match is None or scope.get("method") != "GET":
             await self.app(scope, receive, send)
             return
-        session_id = match.group("sid")
+        session_id = match.group("sid")  # ASGI `path` is already percent-decoded
         try:
-            if await self.store.get_session(session_id) is None:
+            if "\x00" in session_id or await self.store.get_session(session_id) is None:
                 raise NotFound(f"session {session_id} not found")
         except ApiError as exc:
             await self.render_error(exc)(scope, receive, send)

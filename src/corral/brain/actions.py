@@ -90,6 +90,8 @@ async def execute_builtin(run: Run, call_id: str, name: str, tool_input: dict[st
             )
         )
         return
+    if name == "web_fetch":
+        tool_input = web_fetch_input(run.agent, tool_input)
 
     async def work() -> Any:
         return await sandboxes.execute(run.fence.session_id, name, tool_input)
@@ -105,6 +107,24 @@ async def execute_builtin(run: Run, call_id: str, name: str, tool_input: dict[st
         )
         return
     await run.append(ev.tool_result(call_id, output.content, is_error=output.is_error))
+
+
+def web_fetch_input(agent: dict[str, Any], tool_input: dict[str, Any]) -> dict[str, Any]:
+    """What the sandbox gets for a web_fetch call: the model's `url` and `max_content_tokens`,
+    bounded by the tool's resolved config (`max_content_tokens`, and `allowed_domains` /
+    `blocked_domains`, which the in-sandbox agent checks on the URL and every redirect hop).
+    Other keys the model sent are dropped, so it cannot pass its own domain lists."""
+    config = enabled_builtins(agent.get("tools") or []).get("web_fetch") or {}
+    out: dict[str, Any] = {"url": tool_input.get("url")}
+    tokens, cap = tool_input.get("max_content_tokens"), config.get("max_content_tokens")
+    if isinstance(cap, int) and cap > 0:
+        tokens = min(tokens, cap) if isinstance(tokens, int) and tokens > 0 else cap
+    if tokens is not None:
+        out["max_content_tokens"] = tokens
+    for key in ("allowed_domains", "blocked_domains"):
+        if isinstance(config.get(key), list):
+            out[key] = list(config[key])
+    return out
 
 
 async def call_model(run: Run, state: SessionState) -> None:

@@ -18,6 +18,8 @@ from corral.wire.environments import (
 )
 
 _PACKAGE_KINDS = ("apt", "cargo", "gem", "go", "npm", "pip")
+_UNSUPPORTED_KINDS = ("apt", "cargo", "gem", "go")
+"""Package managers the local sandbox backend cannot install for (see `hands.layers`)."""
 
 
 def resolve_config(
@@ -34,6 +36,7 @@ def resolve_config(
     packages = previous.get("packages") or _packages(None)
     if config is not None and "packages" in sent:
         packages = _packages(config.packages)
+        _check_managers(packages)
     wants_packages = any(packages[k] for k in _PACKAGE_KINDS)
     if (
         networking["type"] == "limited"
@@ -44,6 +47,16 @@ def resolve_config(
             "config.networking.allow_package_managers: must be true when packages are given"
         )
     return {"type": "cloud", "networking": networking, "packages": packages}
+
+
+def _check_managers(packages: dict[str, Any]) -> None:
+    """Only pip and npm can be installed into a local sandbox's package layer."""
+    for kind in _UNSUPPORTED_KINDS:
+        if packages[kind]:
+            raise BadRequest(
+                f"config.packages.{kind}: {kind} packages are not supported by the local "
+                "sandbox backend; use pip or npm"
+            )
 
 
 def _networking(value: Any) -> dict[str, Any]:

@@ -19,8 +19,6 @@ class ToolSpec:
     name: str
     description: str
     input_schema: dict[str, Any] = field(default_factory=dict)
-    needs_network: bool = False
-    """Served outside the sandbox with network access (not by `Hands`)."""
 
     def to_api(self) -> dict[str, Any]:
         """The Messages API tool definition `{name, description, input_schema}`."""
@@ -150,13 +148,31 @@ GREP = ToolSpec(
 
 WEB_FETCH = ToolSpec(
     name="web_fetch",
-    description="Fetch a URL and return its content as text.",
-    input_schema=_schema(["url"], url=_prop("string", "The URL to fetch.")),
-    needs_network=True,
+    description=(
+        "Fetch a web page or other text resource with an HTTP(S) GET and return its content. "
+        "HTML is converted to readable text (headings, lists, links as [text](url)); plain "
+        "text, JSON and XML are returned as is; other content types (images, PDFs, archives) "
+        "are refused. Follows up to 5 redirects, gives up after 30 seconds, reads at most "
+        "2 MiB and returns at most 100 KiB of text (less with `max_content_tokens`). Requests "
+        "go through the environment's network policy: hosts it does not allow are refused "
+        "with the reason. Use bash (e.g. curl) for other methods, headers or downloads."
+    ),
+    input_schema=_schema(
+        ["url"],
+        url=_prop("string", "Absolute http:// or https:// URL to fetch."),
+        max_content_tokens=_prop(
+            "integer",
+            "Optional cap on the returned content, in tokens (about 4 characters each); "
+            "longer content is truncated with a note.",
+        ),
+    ),
 )
 
 BUILTIN_TOOLS: dict[str, ToolSpec] = {
     spec.name: spec for spec in (BASH, READ, WRITE, EDIT, GLOB, GREP, WEB_FETCH)
 }
-SANDBOX_TOOLS: frozenset[str] = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
-"""The tools `Hands` execute inside a sandbox."""
+SANDBOX_TOOLS: frozenset[str] = frozenset(
+    {"bash", "read", "write", "edit", "glob", "grep", "web_fetch"}
+)
+"""The tools `Hands` execute inside a sandbox (web_fetch too: it leaves through the egress
+proxy like any other traffic, so it obeys the environment's networking)."""

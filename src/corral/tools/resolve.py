@@ -17,7 +17,7 @@ from corral.wire.agents import (
 )
 
 DEFAULT_POLICY = {"type": "always_allow"}
-SERVABLE_BUILTINS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
+SERVABLE_BUILTINS = frozenset({"bash", "read", "write", "edit", "glob", "grep", "web_fetch"})
 """Built-in tools this build can execute; others are refused when explicitly enabled."""
 _DISABLED_BY_DEFAULT = frozenset(BUILTIN_TOOL_NAMES) - SERVABLE_BUILTINS
 
@@ -66,12 +66,33 @@ def _resolve_toolset(tool: AgentToolset, index: int) -> dict[str, Any]:
         )
         if override is not None and override.model_extra:
             entry.update(override.model_extra)
+            if name == "web_fetch":
+                _check_web_fetch(entry, index)
         configs.append(entry)
     return {
         "type": tool.type,
         "default_config": {"enabled": default_enabled, "permission_policy": default_policy},
         "configs": configs,
     }
+
+
+def _check_web_fetch(entry: dict[str, Any], index: int) -> None:
+    """The config extras web_fetch honours: domain lists and a content cap."""
+    where = f"tools[{index}].configs[web_fetch]"
+    lists = [k for k in ("allowed_domains", "blocked_domains") if entry.get(k) is not None]
+    if len(lists) == 2:
+        raise BadRequest(f"{where}: allowed_domains and blocked_domains are mutually exclusive")
+    for key in lists:
+        value = entry[key]
+        if (
+            not isinstance(value, list)
+            or not 0 < len(value) <= 64
+            or not all(isinstance(v, str) and v.strip() for v in value)
+        ):
+            raise BadRequest(f"{where}.{key}: must be a list of 1 to 64 non-empty hostnames")
+    tokens = entry.get("max_content_tokens")
+    if tokens is not None and (type(tokens) is not int or tokens < 1):
+        raise BadRequest(f"{where}.max_content_tokens: must be a positive integer or null")
 
 
 def _resolve_mcp(tool: McpToolset) -> dict[str, Any]:

@@ -40,6 +40,8 @@ class Agent:
         self.limits: dict[str, int] = config["limits"]
         ro = [(p, p, True) for p in config.get("read_only", ())]
         self.view = filetools.View(self.workdir, ro)
+        proxy = config.get("proxy")
+        self.proxy_port: int | None = int(proxy["port"]) if proxy else None
         self.shell = Shell(os.environ, self.limits, self.workdir, sandboxed=True)
         self.shell.start()
 
@@ -52,6 +54,11 @@ class Agent:
                 text, is_error = self.bash(tool_input, float(request["timeout"]))
             elif tool == "grep":
                 return self.grep(request)
+            elif tool == "web_fetch":
+                from . import webfetch  # http.client + ssl cost ~15 ms: only when used
+
+                limit = self.limits["output_bytes"]
+                text, is_error = webfetch.run(tool_input, self.proxy_port, limit), False
             elif tool == "__reap":  # the host saw forks fail at pids.max
                 text, is_error = self.shell.reap(), False
             else:
