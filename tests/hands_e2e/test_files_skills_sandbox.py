@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import signal
+import time
 import zipfile
 
 import anthropic
@@ -203,3 +206,53 @@ def test_file_api_bad_input(server: ServerProcess) -> None:
             resources=[{"type": "file", "file_id": uploaded.id, "mount_path": "/etc/passwd"}],
         )
     assert client.beta.files.delete(uploaded.id).type == "file_deleted"
+
+
+def sandbox_pid(server: ServerProcess, session_id: str) -> int:
+    live = status(server)["sandboxes"]
+    assert isinstance(live, list)
+    return int(next(s["pid"] for s in live if s["session_id"] == session_id))
+
+
+def test_sandbox_death_between_and_during_calls(
+    server: ServerProcess, fake_model: FakeModelServer
+) -> None:
+    client = server.client()
+    agent = client.beta.agents.create(model="claude-sonnet-4-5", name="die", tools=[TOOLSET])  # type: ignore[list-item]
+    env = client.beta.environments.create(name="e")
+    session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    fake_model.reset(
+        [
+            Turn([ToolUse("bash", {"command": "echo kept > /workspace/keep.txt; echo written"})]),
+            Turn([Text("written")]),
+            Turn([ToolUse("bash", {"command": "cat /workspace/keep.txt"})]),
+            Turn([Text("read after a kill between calls")]),
+            Turn([ToolUse("bash", {"command": "sleep 30"})]),
+            Turn([ToolUse("bash", {"command": "cat /workspace/keep.txt"})]),
+            Turn([Text("recovered")]),
+        ]
+    )
+    say(client, session.id, "write")
+    wait_idle(client, session.id, stop="end_turn")
+    before = status(server)["provisioned_total"]
+    os.kill(sandbox_pid(server, session.id), signal.SIGKILL)
+    n = len(events(client, session.id))
+    say(client, session.id, "read")
+    wait_idle(client, session.id, stop="end_turn", after=n)
+    assert last_result(client, session.id).strip() == "kept"
+    assert status(server)["provisioned_total"] == before + 1
+    n = len(events(client, session.id))
+    say(client, session.id, "sleep, then read")
+    deadline = time.monotonic() + 20
+    while not any(
+        e.type == "agent.tool_use" and e.input.get("command") == "sleep 30"
+        for e in events(client, session.id)[n:]
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.kill(sandbox_pid(server, session.id), signal.SIGKILL)
+    wait_idle(client, session.id, stop="end_turn", after=n)
+    results = [e for e in events(client, session.id)[n:] if e.type == "agent.tool_result"]
+    assert results[0].is_error and "sandbox" in results[0].content[0].text.lower()
+    assert not results[1].is_error and results[1].content[0].text.strip() == "kept"

@@ -81,6 +81,7 @@ def create_app(runtime: Runtime) -> Starlette:
                 "sandboxes": {
                     "live": runtime.sandboxes.live,
                     "provisioned_total": runtime.sandboxes.provisioned,
+                    "sandboxes": runtime.sandboxes.describe(),
                 },
             }
         )

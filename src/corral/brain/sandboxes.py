@@ -92,6 +92,18 @@ class SandboxPool:
         async with lock:
             await self._slot(session_id)
 
+    def describe(self) -> list[dict[str, Any]]:
+        """Live sandboxes for operators: session, host pid of the sandbox's init, idle time."""
+        now = time.monotonic()
+        return [
+            {
+                "session_id": session_id,
+                "pid": getattr(slot.sandbox, "init_pid", None),
+                "idle_seconds": round(now - slot.last_used, 1),
+            }
+            for session_id, slot in self._slots.items()
+        ]
+
     @property
     def live(self) -> int:
         """How many sandboxes exist now."""
