@@ -256,3 +256,35 @@ def test_sandbox_death_between_and_during_calls(
     results = [e for e in events(client, session.id)[n:] if e.type == "agent.tool_result"]
     assert results[0].is_error and "sandbox" in results[0].content[0].text.lower()
     assert not results[1].is_error and results[1].content[0].text.strip() == "kept"
+
+
+def test_model_driven_bash_cannot_see_the_server(
+    server: ServerProcess, fake_model: FakeModelServer
+) -> None:
+    """What the model can run must not reveal keys, the data dir, the database or the host."""
+    client = server.client()
+    agent = client.beta.agents.create(model="claude-sonnet-4-5", name="adv", tools=[TOOLSET])  # type: ignore[list-item]
+    env = client.beta.environments.create(name="e")
+    session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    data = server.data_dir
+    probes = [
+        "env; cat /proc/1/environ /proc/self/environ | tr '\\0' '\\n'",
+        f"ls -la {data} {data}/corral.db 2>&1; cat {data}/api_key 2>&1",
+        "grep -E 'CapEff|NoNewPrivs|Seccomp:' /proc/self/status; id -u",
+        "ps -eo pid,user,args 2>&1 | head -50",
+        f"curl -sS -m 5 http://127.0.0.1:{server.port}/health 2>&1; echo",
+    ]
+    fake_model.reset([Turn([ToolUse("bash", {"command": p}) for p in probes]), Turn([Text("ok")])])
+    say(client, session.id, "probe")
+    wait_idle(client, session.id, stop="end_turn")
+    outputs = [
+        e.content[0].text for e in events(client, session.id) if e.type == "agent.tool_result"
+    ]
+    everything = "\n".join(outputs)
+    for secret in ("sk-test-secret", "test-key", "CORRAL_API_KEYS", "ANTHROPIC"):
+        assert secret not in everything, secret
+    assert "No such file" in outputs[1]
+    assert "CapEff:\t0000000000000000" in outputs[2] and "NoNewPrivs:\t1" in outputs[2]
+    assert "Seccomp:\t2" in outputs[2] and outputs[2].strip().endswith("1000")
+    assert "corral serve" not in outputs[3]
+    assert '"status":"ok"' not in outputs[4]
