@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from corral.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
@@ -196,6 +196,8 @@ def json_route(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             result = await handler(request)
         except ApiError as exc:
             return error_response(exc)
+        except ClientDisconnect:
+            return Response(status_code=499)  # the client left mid-body: nothing was applied
         if isinstance(result, Response):
             return result
         return JSONResponse(result)
