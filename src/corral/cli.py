@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import logging
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -164,4 +166,8 @@ def status(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
 
 def main() -> None:
     """Entry point of the console script."""
+    logging.basicConfig(
+        level=os.environ.get("CORRAL_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     app()

@@ -16,26 +16,40 @@ from corral.session.log import Fence
 log = logging.getLogger("corral.brain")
 
 
-async def drive(deps: BrainDeps, fence: Fence) -> None:
-    """Work on a claimed session until `decide` says Halt, keeping the lease alive."""
+async def drive(deps: BrainDeps, fence: Fence) -> bool:
+    """Work on a claimed session until `decide` says Halt, keeping the lease alive.
+
+    Returns True when the session was left with nothing to do (Halt, or a turn closed by a
+    crash report); False when it may still have work (lease lost, stalled, cancelled), so the
+    caller must keep it claimable.
+    """
     session = await deps.store.get_session(fence.session_id)
     if session is None:
-        return
+        return True
     run = Run(deps, fence, session)
+    halted = False
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_heartbeat, deps, fence, tg.cancel_scope)
             await _steps(run)
+            halted = True
             tg.cancel_scope.cancel()
-    except LeaseLost:
-        log.info("lease on %s lost; another brain continues", fence.session_id)
-    except Exception as exc:
+    except BaseExceptionGroup as group:  # anyio groups even a single error of the body
+        lost, rest = group.split(LeaseLost)
+        if rest is None:
+            log.info("lease on %s lost; another brain continues", fence.session_id)
+            return False
+        if not all(isinstance(e, Exception) for e in rest.exceptions):
+            raise
         log.exception("brain crashed on %s", fence.session_id)
-        await _report_crash(run, exc)
+        return await _report_crash(run, rest.exceptions[0])
+    return halted
 
 
-async def _report_crash(run: Run, exc: Exception) -> None:
-    """A bug must not leave the session looking busy forever: close the turn visibly."""
+async def _report_crash(run: Run, exc: BaseException) -> bool:
+    """A bug must not leave the session looking busy forever: close the turn visibly.
+
+    True when the turn was closed (no retry: a deterministic bug would crash again)."""
     try:
         await run.append(
             ev.session_error(
@@ -45,6 +59,8 @@ async def _report_crash(run: Run, exc: Exception) -> None:
         )
     except Exception:
         log.exception("could not report the crash on %s", run.fence.session_id)
+        return False
+    return True
 
 
 async def _steps(run: Run) -> None:

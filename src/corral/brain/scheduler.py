@@ -72,14 +72,19 @@ class Scheduler:
             return []
 
     async def _drive(self, fence: Fence) -> None:
+        halted = False
         try:
-            await drive(self.deps, fence)
+            halted = await drive(self.deps, fence)
         except Exception:
             log.exception("brain failed on %s", fence.session_id)
         finally:
             with anyio.CancelScope(shield=True):
                 try:
                     await self.deps.store.release(fence)
+                    if not halted:
+                        # Lease lost, stalled past it, or shutting down mid-turn: the work is
+                        # not done, so it must stay claimable (release alone would strand it).
+                        await self.deps.store.wake(fence.session_id)
                 except Exception:
                     log.exception("release failed on %s", fence.session_id)
             self._busy -= 1
