@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 
 from corral.hands.base import Networking
 from corral.hands.local import LocalHands, LocalSandbox
-from tests.hands.conftest import make_recipe, needs_bwrap
+from tests.hands.conftest import loopback_http, make_recipe, needs_bwrap
 
 pytestmark = [pytest.mark.bwrap, needs_bwrap, pytest.mark.anyio]
 
@@ -31,11 +30,8 @@ class _Hello(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def host_server() -> Iterator[int]:
     """An HTTP server on the host's loopback; yields its port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with loopback_http(_Hello) as port:
+        yield port
 
 
 async def bash(sandbox: LocalSandbox, command: str) -> tuple[str, bool]:

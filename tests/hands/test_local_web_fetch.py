@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import http.server
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from corral.hands._agent.filetools import ToolFailure
 from corral.hands._agent.htmltext import html_to_text
 from corral.hands.base import Networking
 from corral.hands.local import LocalHands, LocalSandbox
-from tests.hands.conftest import make_recipe, needs_bwrap
+from tests.hands.conftest import loopback_http, make_recipe, needs_bwrap
 
 PAGE = b"""<!doctype html><html><head><title>Release notes</title>
 <style>body { color: red }</style><script>var secret = "do not show";</script></head>
@@ -59,11 +58,8 @@ class _Site(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def site() -> Iterator[str]:
     """An HTTP server on the host's loopback; yields its base URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Site)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with loopback_http(_Site) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 async def fetch(sandbox: LocalSandbox, url: str, **extra: object) -> tuple[str, bool]:
