@@ -79,6 +79,8 @@ class ServerProcess:
         self.model_url = model_url
         self.extra_env = dict(env or {})
         self.args = args
+        self.python_args: tuple[str, ...] = ()
+        """Interpreter options before `-m corral` (benchmarks profile the server this way)."""
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "server.log"
 
@@ -105,6 +107,7 @@ class ServerProcess:
             self.proc = subprocess.Popen(
                 [
                     sys.executable,
+                    *self.python_args,
                     "-m",
                     "corral",
                     "serve",
