@@ -36,6 +36,7 @@ bench: install
 	$(UV) run python bench/streams.py
 	$(UV) run python bench/provision.py
 	$(UV) run python bench/scale.py
+	$(UV) run python bench/brain.py
 	$(UV) run python bench/chaos.py --sessions 200 --kills 1000
 
 all: lint typecheck test
