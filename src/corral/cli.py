@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 from pathlib import Path
@@ -13,6 +12,7 @@ import typer
 from rich.console import Console
 
 from corral.config import Settings, ensure_api_keys, load_settings
+from corral.serving import serve_async, tune_gc
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 console = Console(stderr=True)
@@ -29,37 +29,6 @@ def _settings(**overrides: Any) -> Settings:
     except ValueError as exc:
         console.print(f"[red]configuration error:[/] {exc}")
         raise typer.Exit(2) from exc
-
-
-async def serve_async(settings: Settings, *, ready: Any = None) -> None:
-    """Run API + brains (+ local hands) until cancelled."""
-    import uvicorn
-
-    from corral.api.app import create_asgi
-    from corral.runtime import open_runtime
-
-    async with open_runtime(settings) as runtime:
-        config = uvicorn.Config(
-            create_asgi(runtime),
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            lifespan="on",
-            timeout_graceful_shutdown=2,
-        )
-        server = uvicorn.Server(config)
-        _tune_gc()
-        if ready is not None:
-            ready(server)
-        await server.serve()
-
-
-def _tune_gc() -> None:
-    """Keep full collections rare and cheap: with thousands of streams and sessions in
-    flight, default thresholds stall the event loop for hundreds of milliseconds."""
-    gc.collect()
-    gc.freeze()  # everything alive after start-up is permanent: never scan it again
-    gc.set_threshold(20_000, 20, 50)
 
 
 @app.command()
@@ -92,7 +61,7 @@ async def worker_async(settings: Settings) -> None:
     from corral.runtime import open_runtime
 
     async with open_runtime(settings) as runtime, anyio.create_task_group() as tg:
-        _tune_gc()
+        tune_gc()
         tg.start_soon(runtime.scheduler.run)
         while True:
             await anyio.sleep(min(settings.sandbox_idle_seconds / 4, 30.0))

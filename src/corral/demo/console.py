@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.markup import escape
@@ -15,8 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-if TYPE_CHECKING:
-    from corral.demo.runner import DemoResult
+from corral.demo.result import DemoResult
 
 _WIDTH = 110
 

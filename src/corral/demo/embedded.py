@@ -43,7 +43,7 @@ class EmbeddedServer:
         return f"http://{self.settings.host}:{self.settings.port}"
 
     def _run(self) -> None:
-        from corral.cli import serve_async
+        from corral.serving import serve_async
 
         def ready(server: Any) -> None:
             self._server = server

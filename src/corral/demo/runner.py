@@ -37,6 +37,7 @@ from rich.console import Console
 
 from corral.demo.console import EventPrinter, print_summary
 from corral.demo.data import CULPRIT_COMMITS, DEPLOYS, generate
+from corral.demo.result import DemoResult
 from corral.demo.tools import handle_tool, is_error_result, tool_definitions
 
 SYSTEM_PROMPT = """\
@@ -54,27 +55,6 @@ USER_PROMPT = (
 )
 LOG_MOUNT = "/mnt/session/uploads/app.log"
 _RECONNECTS = 5
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DemoResult:
-    """What one demo run produced."""
-
-    session_id: str
-    final_text: str
-    tool_calls: dict[str, int]
-    """Calls per tool name, custom and sandbox alike."""
-    stop_reason: str
-    found_commits: frozenset[str]
-    """Deployed commits named in the final answer."""
-    input_tokens: int = 0
-    output_tokens: int = 0
-    scripted: bool = False
-
-    @property
-    def solved(self) -> bool:
-        """Both culprit commits were named (and so the demo's answer was found)."""
-        return set(CULPRIT_COMMITS.values()) <= self.found_commits
 
 
 @dataclass(slots=True)
