@@ -33,6 +33,16 @@ from corral.cli import main
 main()
 """
 """`corral worker` with the brain's INFO lines (LeaseLost rejections) visible in its log."""
+UNFENCED_PATCH = """
+import corral.store.postgres as _pg
+_fenced_init = _pg.PostgresStore.__init__
+def _unfenced_init(self, *args, **kwargs):
+    kwargs["fencing"] = False
+    _fenced_init(self, *args, **kwargs)
+_pg.PostgresStore.__init__ = _unfenced_init
+"""
+"""Prepended to WORKER_CODE for the chaos run's negative control only: production code has no
+switch that turns fencing off, so the test harness patches it in its own child processes."""
 
 
 @contextlib.contextmanager
@@ -89,9 +99,17 @@ class WorkerProcess:
     """One `corral worker` slot: started, SIGKILLed, paused and restarted many times."""
 
     def __init__(
-        self, index: int, data_dir: Path, database_url: str, env: dict[str, str], slots: int
+        self,
+        index: int,
+        data_dir: Path,
+        database_url: str,
+        env: dict[str, str],
+        slots: int,
+        *,
+        fencing: bool = True,
     ) -> None:
         self.index = index
+        self.code = WORKER_CODE if fencing else UNFENCED_PATCH + WORKER_CODE
         self.data_dir = data_dir
         self.database_url = database_url
         self.env = env
@@ -114,7 +132,7 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         """Spawn a new incarnation (does not wait: a worker has no health endpoint)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-c", WORKER_CODE, "worker", "--database-url", self.database_url]
+        args = [sys.executable, "-c", self.code, "worker", "--database-url", self.database_url]
         args += ["--data-dir", str(self.data_dir), "--workers", str(self.slots)]
         with self.log_path.open("ab") as log:
             log.write(f"---- start #{self.starts} at {time.time():.3f}\n".encode())
@@ -172,7 +190,9 @@ class Cluster:
         *,
         worker_env: dict[str, str] | None = None,
         worker_slots: int = 64,
+        fencing: bool = True,
     ) -> None:
+        self.fencing = fencing
         self.root = root
         self.data_dir = root / "data"
         self.database_url = database_url
@@ -200,7 +220,12 @@ class Cluster:
         """`corral worker` processes (not waited for)."""
         for index in range(count):
             worker = WorkerProcess(
-                index, self.data_dir, self.database_url, self.worker_env, self.worker_slots
+                index,
+                self.data_dir,
+                self.database_url,
+                self.worker_env,
+                self.worker_slots,
+                fencing=self.fencing,
             )
             self.workers.append(worker.start())
 

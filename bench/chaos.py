@@ -6,7 +6,8 @@ Usage: uv run python bench/chaos.py [--sessions 200] [--kills 1000] [--pauses N]
        [--database-url URL | --admin-url URL] [--json FILE] [--keep]
 By default it creates and drops a fresh database `corral_chaos_<hex>` on --admin-url's server.
 Prints a tally; exits 1 on any violation or unfinished session. `--no-fencing` starts the
-workers with CORRAL_TEST_DISABLE_FENCING=1, and the same checks must then report violations.
+workers with fencing patched out by the harness (`_cluster.UNFENCED_PATCH`; no setting in
+Corral turns it off), and the same checks must then report violations.
 """
 
 from __future__ import annotations
@@ -320,8 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         with FakeModelServer(model) as fake, database(args) as url:
-            env = {"CORRAL_TEST_DISABLE_FENCING": "1"} if args.no_fencing else {}
-            cluster = Cluster(root, url, fake.url, worker_env=env)
+            cluster = Cluster(root, url, fake.url, fencing=not args.no_fencing)
             try:
                 cluster.start_apis(args.apis)
                 cluster.start_workers(args.workers)

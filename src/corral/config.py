@@ -38,8 +38,6 @@ class Settings:
     """The server's environment, for providers' credentials (never forwarded to sandboxes)."""
     eager_sandboxes: bool = False
     """Provision sandboxes before inference, as the coupled design did (benchmarks only)."""
-    test_disable_fencing: bool = False
-    """Only for proving the chaos checker can fail; never set in production."""
 
     @property
     def sqlite_path(self) -> Path:
@@ -99,8 +97,6 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         out["workers"] = int(env["CORRAL_WORKERS"])
     if env.get("CORRAL_EAGER_SANDBOXES") == "1":
         out["eager_sandboxes"] = True
-    if env.get("CORRAL_TEST_DISABLE_FENCING") == "1":
-        out["test_disable_fencing"] = True
     if env.get("CORRAL_API_KEYS"):
         out["api_keys"] = tuple(k.strip() for k in env["CORRAL_API_KEYS"].split(",") if k.strip())
     return out

@@ -51,16 +51,15 @@ class Runtime:
 def open_store(settings: Settings) -> Store:
     """SQLite by default; PostgreSQL when the database URL says so."""
     url = settings.database_url
-    fencing = not settings.test_disable_fencing
     if url and url.startswith(("postgres://", "postgresql://")):
         from corral.store.postgres import PostgresStore
 
-        store: Store = PostgresStore(url, fencing=fencing)
+        store: Store = PostgresStore(url)
         return store
     from corral.store.sqlite import SqliteStore
 
     path = Path(url.removeprefix("sqlite:///")) if url else settings.sqlite_path
-    return SqliteStore(path, fencing=fencing)
+    return SqliteStore(path)
 
 
 def _scripted_model() -> ModelClient:
