@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from corral.models.router import ModelRoute, parse_routes
+from corral.model_routes import ModelRoute, parse_routes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
