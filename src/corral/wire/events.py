@@ -1,10 +1,16 @@
-"""Client-sent event bodies (`events.send`, `initial_events`) and content blocks."""
+"""Session events: client-sent bodies (`events.send`, `initial_events`), content blocks, and
+the typed union of every event a session log holds (`LogEvent`, read back by `parse_event`).
+
+Wire shapes only: no I/O, no policy. Request bodies are strict (unknown fields are a 400);
+logged events are lenient (the log is trusted and keeps fields we do not model).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from corral.wire.common import NonEmpty, Strict
 
@@ -174,3 +180,307 @@ class SendEvents(Strict):
     """POST /v1/sessions/{id}/events."""
 
     events: Annotated[list[ClientEvent], Field(min_length=1, max_length=100)]
+
+
+# ---- the session log: one typed union of every stored event ---------------------------------
+
+
+class Logged(BaseModel):
+    """Base of an event read back from a session log (ids and timestamps set at append)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str
+    processed_at: str | None = None
+
+
+Block = dict[str, Any]
+"""A content block as stored (validated when it was sent or produced)."""
+
+
+class UserMessageEvent(Logged):
+    """`user.message`."""
+
+    type: Literal["user.message"]
+    content: list[Block]
+
+
+class UserInterruptEvent(Logged):
+    """`user.interrupt`."""
+
+    type: Literal["user.interrupt"]
+
+
+class UserToolConfirmationEvent(Logged):
+    """`user.tool_confirmation`: the client allows or denies an `ask` tool use."""
+
+    type: Literal["user.tool_confirmation"]
+    tool_use_id: str
+    result: Literal["allow", "deny"]
+    deny_message: str | None = None
+
+
+class UserCustomToolResultEvent(Logged):
+    """`user.custom_tool_result`."""
+
+    type: Literal["user.custom_tool_result"]
+    custom_tool_use_id: str
+    content: list[Block] | None = None
+    is_error: bool | None = None
+
+
+class UserToolResultEvent(Logged):
+    """`user.tool_result` (self-hosted environments)."""
+
+    type: Literal["user.tool_result"]
+    tool_use_id: str
+    content: list[Block] | None = None
+    is_error: bool | None = None
+
+
+class SystemMessageEvent(Logged):
+    """`system.message`."""
+
+    type: Literal["system.message"]
+    content: list[Block]
+
+
+class UserDefineOutcomeEvent(Logged):
+    """`user.define_outcome` (refused by this build; modelled so old logs parse)."""
+
+    type: Literal["user.define_outcome"]
+
+
+Permission = Literal["allow", "ask", "deny"]
+
+
+class AgentMessageEvent(Logged):
+    """`agent.message`."""
+
+    type: Literal["agent.message"]
+    content: list[Block]
+
+
+class AgentThinkingEvent(Logged):
+    """`agent.thinking` (no text is stored)."""
+
+    type: Literal["agent.thinking"]
+
+
+class AgentToolUseEvent(Logged):
+    """`agent.tool_use`: a built-in tool call, run by the server."""
+
+    type: Literal["agent.tool_use"]
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    evaluated_permission: Permission = "allow"
+
+
+class AgentCustomToolUseEvent(Logged):
+    """`agent.custom_tool_use`: a call the client executes."""
+
+    type: Literal["agent.custom_tool_use"]
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentMcpToolUseEvent(Logged):
+    """`agent.mcp_tool_use`."""
+
+    type: Literal["agent.mcp_tool_use"]
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    evaluated_permission: Permission = "allow"
+
+
+class AgentToolResultEvent(Logged):
+    """`agent.tool_result`: the outcome of a server-run built-in call."""
+
+    type: Literal["agent.tool_result"]
+    tool_use_id: str
+    content: list[Block] | None = None
+    is_error: bool | None = None
+
+
+class AgentMcpToolResultEvent(Logged):
+    """`agent.mcp_tool_result`."""
+
+    type: Literal["agent.mcp_tool_result"]
+    mcp_tool_use_id: str
+    content: list[Block] | None = None
+    is_error: bool | None = None
+
+
+class SessionStatusRunningEvent(Logged):
+    """`session.status_running`."""
+
+    type: Literal["session.status_running"]
+
+
+StopType = Literal["end_turn", "requires_action", "retries_exhausted", "refusal"]
+
+
+class StopReason(BaseModel):
+    """Why a session went idle; `event_ids` only with `requires_action`."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: StopType
+    event_ids: list[str] | None = None
+
+
+class SessionStatusIdleEvent(Logged):
+    """`session.status_idle`."""
+
+    type: Literal["session.status_idle"]
+    stop_reason: StopReason
+
+
+class SessionStatusRescheduledEvent(Logged):
+    """`session.status_rescheduled`: a retry is due."""
+
+    type: Literal["session.status_rescheduled"]
+
+
+class SessionStatusTerminatedEvent(Logged):
+    """`session.status_terminated`: no more turns."""
+
+    type: Literal["session.status_terminated"]
+
+
+class RetryStatus(BaseModel):
+    """Whether the failed work will be retried."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: Literal["retrying", "exhausted"]
+
+
+class SessionErrorBody(BaseModel):
+    """The `error` object of a `session.error`."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: str
+    message: str
+    retry_status: RetryStatus
+
+
+class SessionErrorEvent(Logged):
+    """`session.error`."""
+
+    type: Literal["session.error"]
+    error: SessionErrorBody
+
+
+class SessionUpdatedEvent(Logged):
+    """`session.updated`: title, metadata or agent changed."""
+
+    type: Literal["session.updated"]
+
+
+class SpanModelRequestStartEvent(Logged):
+    """`span.model_request_start`: a model call began (its request is the log before it)."""
+
+    type: Literal["span.model_request_start"]
+
+
+class SpanModelRequestEndEvent(Logged):
+    """`span.model_request_end`: the call `model_request_start_id` ended."""
+
+    type: Literal["span.model_request_end"]
+    model_request_start_id: str
+    is_error: bool = False
+    model_usage: dict[str, int] = Field(default_factory=dict)
+
+
+class ToolStartedEvent(Logged):
+    """`corral.tool_started` (internal): the brain is about to run server-side call
+    `tool_use_id`. Written before the side effect, so "already started" is read, not guessed."""
+
+    type: Literal["corral.tool_started"]
+    tool_use_id: str
+
+
+class LogFormatEvent(Logged):
+    """`corral.log_format` (internal): from here on this log marks tool starts. A call logged
+    before it was logged by an older brain, whose starts can only be inferred."""
+
+    type: Literal["corral.log_format"]
+    version: int
+
+
+LogEvent = Annotated[
+    UserMessageEvent
+    | UserInterruptEvent
+    | UserToolConfirmationEvent
+    | UserCustomToolResultEvent
+    | UserToolResultEvent
+    | SystemMessageEvent
+    | UserDefineOutcomeEvent
+    | AgentMessageEvent
+    | AgentThinkingEvent
+    | AgentToolUseEvent
+    | AgentCustomToolUseEvent
+    | AgentMcpToolUseEvent
+    | AgentToolResultEvent
+    | AgentMcpToolResultEvent
+    | SessionStatusRunningEvent
+    | SessionStatusIdleEvent
+    | SessionStatusRescheduledEvent
+    | SessionStatusTerminatedEvent
+    | SessionErrorEvent
+    | SessionUpdatedEvent
+    | SpanModelRequestStartEvent
+    | SpanModelRequestEndEvent
+    | ToolStartedEvent
+    | LogFormatEvent,
+    Field(discriminator="type"),
+]
+"""Every event a session log can hold, discriminated on `type`."""
+
+LogEventType = Literal[
+    "user.message",
+    "user.interrupt",
+    "user.tool_confirmation",
+    "user.custom_tool_result",
+    "user.tool_result",
+    "system.message",
+    "user.define_outcome",
+    "agent.message",
+    "agent.thinking",
+    "agent.tool_use",
+    "agent.custom_tool_use",
+    "agent.mcp_tool_use",
+    "agent.tool_result",
+    "agent.mcp_tool_result",
+    "session.status_running",
+    "session.status_idle",
+    "session.status_rescheduled",
+    "session.status_terminated",
+    "session.error",
+    "session.updated",
+    "span.model_request_start",
+    "span.model_request_end",
+    "corral.tool_started",
+    "corral.log_format",
+]
+"""The `type` tags of `LogEvent`, for code that builds event bodies."""
+
+INTERNAL_EVENT_TYPES = frozenset({"corral.tool_started", "corral.log_format"})
+"""Brain bookkeeping kept in the log but never shown to clients (events.list, SSE): client
+programs written for the hosted API must not meet event types it does not have."""
+
+LOG_FORMAT_VERSION = 2
+"""`corral.log_format` version written by this build (1 = logs without tool-start markers)."""
+
+_LOG_EVENT: TypeAdapter[LogEvent] = TypeAdapter(LogEvent)
+
+
+def parse_event(body: Mapping[str, Any]) -> LogEvent:
+    """The typed form of a stored event body.
+
+    Raises:
+        pydantic.ValidationError: the body is not a well-formed log event (a bug upstream).
+    """
+    return _LOG_EVENT.validate_python(body)
