@@ -52,6 +52,9 @@ class EventQuery:
     created_gte: str | None = None
     created_lt: str | None = None
     created_lte: str | None = None
+    internal: bool = False
+    """Include the brain's internal events (`wire.events.INTERNAL_EVENT_TYPES`). Clients
+    never see them, so only the brain sets this."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -76,6 +76,22 @@ async def check_positional_reads(store: Store) -> None:
     assert await store.last_seq(new_id("sesn")) == 0
 
 
+async def check_internal_events_hidden(store: Store) -> None:
+    """Internal brain events are kept in the log but only an `internal=True` read returns
+    them; a paging client still sees every public event, in order, across the gaps."""
+    sid = await new_session(store)
+    kinds = ["user.message", "corral.log_format", "agent.message", "corral.tool_started"] * 3
+    await store.append(sid, [event(k) for k in kinds])
+    public = [1, 3, 5, 7, 9, 11]
+    assert seqs(await store.read(sid, EventQuery())) == public
+    assert seqs(await store.read(sid, EventQuery(internal=True))) == list(range(1, 13))
+    assert seqs(await store.read(sid, EventQuery(after_seq=3, limit=2))) == [5, 7]
+    assert seqs(await store.read(sid, EventQuery(before_seq=9, limit=2, order="desc"))) == [7, 5]
+    typed = EventQuery(types=["agent.message", "corral.tool_started"])
+    assert seqs(await store.read(sid, typed)) == [3, 7, 11]
+    assert await store.last_seq(sid) == 12
+
+
 async def check_created_filters(store: Store) -> None:
     """`created_*` bounds compare against the append time (the stored `processed_at`)."""
     sid = await new_session(store)
@@ -355,6 +371,7 @@ async def check_queue_status(store: Store) -> None:
 LOG_AND_QUEUE_CHECKS: list[Check] = [
     check_append_numbers_events,
     check_positional_reads,
+    check_internal_events_hidden,
     check_created_filters,
     check_unknown_session,
     check_concurrent_appends,

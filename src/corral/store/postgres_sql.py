@@ -16,6 +16,7 @@ from corral.errors import Conflict, LeaseLost, NotFound
 from corral.session.log import EventQuery, Fence, SessionSummary, StoredEvent
 from corral.session.projection import project
 from corral.store.base import Page, Resource, SessionFilter, SessionRow
+from corral.wire.events import INTERNAL_EVENT_TYPES
 
 Conn = AsyncConnection[TupleRow]
 
@@ -147,6 +148,9 @@ async def read_events(conn: Conn, session_id: str, query: EventQuery) -> list[St
     if query.types:
         clauses.append("type = ANY(%s)")
         args.append(list(query.types))
+    if not query.internal:
+        clauses.append("type <> ALL(%s)")
+        args.append(sorted(INTERNAL_EVENT_TYPES))
     order = "DESC" if query.order == "desc" else "ASC"
     sql = f"SELECT seq, body FROM events WHERE {' AND '.join(clauses)} ORDER BY seq {order}"
     if query.limit is not None:

@@ -30,6 +30,7 @@ from corral.session.projection import project
 from corral.session.queue import QueueStatus
 from corral.store.base import Page, Resource, SessionFilter, SessionRow
 from corral.store.sqlite_db import SqliteDatabase
+from corral.wire.events import INTERNAL_EVENT_TYPES
 
 _SESSION_COLUMNS = (
     "id, created_at, updated_at, archived_at, environment_id, agent_id, agent_version, "
@@ -523,6 +524,9 @@ def _read_events(conn: sqlite3.Connection, session_id: str, query: EventQuery) -
     if query.types:
         clauses.append(f"type IN ({','.join('?' * len(query.types))})")
         args.extend(query.types)
+    if not query.internal:
+        clauses.append(f"type NOT IN ({','.join('?' * len(INTERNAL_EVENT_TYPES))})")
+        args.extend(sorted(INTERNAL_EVENT_TYPES))
     order = "DESC" if query.order == "desc" else "ASC"
     sql = f"SELECT seq, body FROM events WHERE {' AND '.join(clauses)} ORDER BY seq {order}"
     if query.limit is not None:
