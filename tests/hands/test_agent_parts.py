@@ -7,8 +7,11 @@ from pathlib import Path
 import pytest
 
 from corral.hands._agent import filetools
+from corral.hands._agent.main import Reply
 from corral.hands._agent.shell import OutputBuffer
 from corral.hands._agent.wire import (
+    MAX_BODY_BYTES,
+    MAX_TEXT_BYTES,
     FrameReader,
     encode_request,
     encode_response,
@@ -31,12 +34,29 @@ def test_request_frames_round_trip(tmp_path: Path) -> None:
 
 
 def test_response_headers() -> None:
-    frame = encode_response("image", b"\x89PNG", is_error=False, media="image/png")
+    frame = encode_response("ab12", "image", b"\x89PNG", is_error=False, media="image/png")
     header, body = frame.split(b"\n", 1)
-    assert parse_response_header(header) == ("image", "image/png", False, 4) and body == b"\x89PNG"
-    for bad in (b"", b"0 text - -1", b"0 pickle - 1", b"7 text - 1", b"0 text - 99999999999"):
+    assert parse_response_header(header) == ("ab12", "image", "image/png", False, 4)
+    assert body == b"\x89PNG"
+    too_big = MAX_BODY_BYTES["text"] + 1
+    for bad in (
+        b"",
+        b"0 text - 1",  # no id
+        b"ab12 0 text - -1",
+        b"ab12 0 pickle - 1",
+        b"ab12 7 text - 1",
+        b"AB12 0 text - 1",
+        b"%s 0 text - 1" % (b"a" * 65),
+        b"ab12 0 text - %d" % too_big,
+        b"ab12 0 ready - 65",
+    ):
         with pytest.raises(ValueError):
             parse_response_header(bad)
+
+
+def test_agent_truncates_text_the_host_would_refuse() -> None:
+    reply = Reply.text("x" * (MAX_TEXT_BYTES + 10))
+    assert len(reply.body) == MAX_TEXT_BYTES and reply.body.endswith(b"bytes]")
 
 
 def test_output_buffer_keeps_head_and_tail() -> None:

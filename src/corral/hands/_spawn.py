@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import anyio
 from corral.errors import HandsError
 from corral.hands import _bwrap, _cgroup
 from corral.hands._agent.wire import encode_request
+from corral.hands._channel import new_id
 from corral.hands._egress import PACKAGE_MANAGER_HOSTS, EgressProxy, HostPolicy
 from corral.hands._seccomp import build_filter
 from corral.hands.base import SandboxRecipe
@@ -98,11 +100,14 @@ class Parts:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Spawned:
-    """A started bwrap: its process, and the sandbox init's host pid and pidfd."""
+    """A started bwrap: its process, the sandbox init's host pid and pidfd, and the host end
+    of the agent's channel (whose first frame answers request `ready_id`)."""
 
     proc: asyncio.subprocess.Process
     init_pid: int
     init_fd: int
+    channel: socket.socket
+    ready_id: str
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -136,7 +141,10 @@ async def spawn(layout: _bwrap.HostLayout, recipe: SandboxRecipe, parts: Parts) 
     env = _bwrap.sandbox_env(recipe, proxy=proxy_socket is not None)
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe() if parts.cgroup else (-1, -1)
+    # The agent's protocol runs over this socket, never over stdio a command could reach.
+    channel, agent_end = socket.socketpair()
     fds = {"seccomp": _memfd("seccomp", build_filter()), "info": info_w}
+    fds["channel"] = agent_end.detach()
     if parts.cgroup:
         fds["block"] = block_r
     try:
@@ -144,10 +152,11 @@ async def spawn(layout: _bwrap.HostLayout, recipe: SandboxRecipe, parts: Parts) 
         fds["args"] = _memfd("bwrap-args", b"".join(a.encode() + b"\0" for a in args))
         proc = await asyncio.create_subprocess_exec(
             layout.bwrap, "--args", str(fds["args"]), *_bwrap.command(layout),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
         )  # fmt: skip
     except BaseException:
+        channel.close()
         os.close(info_r)
         if block_w >= 0:
             os.close(block_w)
@@ -156,8 +165,9 @@ async def spawn(layout: _bwrap.HostLayout, recipe: SandboxRecipe, parts: Parts) 
         for fd in fds.values():
             os.close(fd)
     try:
-        return await _release(proc, info_r, block_w, recipe, parts)
+        return await _release(proc, info_r, block_w, recipe, parts, (channel, fds["channel"]))
     except BaseException:
+        channel.close()
         with anyio.CancelScope(shield=True):
             if proc.returncode is None:
                 proc.kill()
@@ -166,11 +176,19 @@ async def spawn(layout: _bwrap.HostLayout, recipe: SandboxRecipe, parts: Parts) 
 
 
 async def _release(
-    proc: asyncio.subprocess.Process, info_r: int, block_w: int, recipe: SandboxRecipe, parts: Parts
+    proc: asyncio.subprocess.Process,
+    info_r: int,
+    block_w: int,
+    recipe: SandboxRecipe,
+    parts: Parts,
+    channel: tuple[socket.socket, int],
 ) -> Spawned:
     try:
         assert proc.stdin is not None
-        proc.stdin.write(encode_request(agent_config(recipe, parts)))
+        ready_id = new_id()
+        config = agent_config(recipe, parts, channel_fd=channel[1], ready_id=ready_id)
+        proc.stdin.write(encode_request(config))
+        proc.stdin.close()  # stdin carries only the configuration
         try:
             init_pid = await _read_info(info_r)
         except (asyncio.IncompleteReadError, ValueError, KeyError) as e:
@@ -183,17 +201,24 @@ async def _release(
         if parts.cgroup:
             parts.cgroup.attach(init_pid)
             os.write(block_w, b"1")
-        return Spawned(proc=proc, init_pid=init_pid, init_fd=init_fd)
+        return Spawned(
+            proc=proc, init_pid=init_pid, init_fd=init_fd, channel=channel[0], ready_id=ready_id
+        )
     finally:
         if block_w >= 0:
             os.close(block_w)
 
 
-def agent_config(recipe: SandboxRecipe, parts: Parts) -> dict[str, Any]:
-    """The first frame the agent reads: where it works and which limits it applies."""
+def agent_config(
+    recipe: SandboxRecipe, parts: Parts, *, channel_fd: int, ready_id: str
+) -> dict[str, Any]:
+    """The first frame the agent reads (on stdin): where it works, which limits it applies,
+    the fd of its channel and the id its ready frame must carry."""
     limits = recipe.limits
     proxy = {"port": _bwrap.PROXY_PORT, "socket": _bwrap.PROXY_SOCKET} if parts.proxy else None
     return {
+        "id": ready_id,
+        "channel_fd": channel_fd,
         "workdir": _bwrap.WORKDIR,
         "read_only": [m.sandbox_path for m in recipe.mounts if m.read_only],
         "limits": {

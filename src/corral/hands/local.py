@@ -6,7 +6,6 @@ sandbox sends back and passes in nothing of the server's environment, files or c
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import os
@@ -21,7 +20,8 @@ import anyio
 
 from corral.errors import HandsError
 from corral.hands import _bwrap, _cgroup
-from corral.hands._agent.wire import MAX_HEADER_BYTES, encode_request, parse_response_header
+from corral.hands._agent.wire import encode_request
+from corral.hands._channel import Channel, ProtocolError, new_id
 from corral.hands._seccomp import SeccompUnsupported, build_filter
 from corral.hands._spawn import Parts, Spawned, check_recipe, spawn
 from corral.hands.base import SandboxRecipe, ToolOutput
@@ -140,6 +140,8 @@ class LocalSandbox:
         self._parts = parts
         self._proc = spawned.proc
         self._init_fd = spawned.init_fd
+        self._channel = Channel(spawned.channel)
+        self._ready_id = spawned.ready_id
         self._lock = anyio.Lock()
         self._dead = False
         self._destroyed = False
@@ -151,15 +153,18 @@ class LocalSandbox:
         return not (self._dead or self._destroyed) and self._proc.returncode is None
 
     async def _wait_ready(self) -> None:
-        assert self._proc.stdout is not None and self._proc.stderr is not None
-        header = await self._proc.stdout.readline()
-        if header.startswith(b"0 ready "):
-            await self._proc.stdout.readexactly(int(header.split()[3]))
+        assert self._proc.stderr is not None
+        try:
+            frame = await self._channel.read_frame(self._ready_id)
+            problem = "" if frame.kind == "ready" else f"{frame.kind} frame instead of ready"
+        except (EOFError, OSError, ProtocolError) as e:
+            problem = str(e) or "the agent exited"
+        if not problem:
             return
         with anyio.move_on_after(2):
             await self._proc.wait()
         err = (await self._proc.stderr.read(4096)).decode(errors="replace").strip()
-        raise HandsError("provision_failed", f"sandbox failed to start: {err or header!r}",
+        raise HandsError("provision_failed", f"sandbox failed to start: {err or problem}",
                          retryable=False)  # fmt: skip
 
     async def execute(self, name: str, input: dict[str, Any]) -> ToolOutput:
@@ -167,8 +172,11 @@ class LocalSandbox:
         if name not in SANDBOX_TOOLS:
             return ToolOutput.text(f"{name} is not a sandbox tool", is_error=True)
         timeout = _tool_timeout(name, input, self.recipe.limits.wall_seconds)
+        frame_id = new_id()
         try:
-            request = encode_request({"tool": name, "input": input, "timeout": timeout})
+            request = encode_request(
+                {"id": frame_id, "tool": name, "input": input, "timeout": timeout}
+            )
         except ValueError:
             return ToolOutput.text(f"{name}: input must be a JSON object", is_error=True)
         async with self._lock:
@@ -176,16 +184,16 @@ class LocalSandbox:
                 raise self._died()
             cgroup = self._parts.cgroup
             if cgroup is None:
-                return await self._call(request, timeout)
-            return await self._call_watched(cgroup, request, timeout)
+                return await self._call(request, frame_id, timeout)
+            return await self._call_watched(cgroup, request, frame_id, timeout)
 
     async def _call_watched(
-        self, cgroup: _cgroup.SandboxCgroup, request: bytes, timeout: float
+        self, cgroup: _cgroup.SandboxCgroup, request: bytes, frame_id: str, timeout: float
     ) -> ToolOutput:
         """`_call`, plus what the cgroup says happened: OOM kills, forks refused at pids.max."""
         notes = await self._contain_fork_bomb(cgroup, "earlier commands")
         ooms = cgroup.oom_kills()
-        output = await self._call(request, timeout)
+        output = await self._call(request, frame_id, timeout)
         if cgroup.oom_kills() > ooms:
             notes.append(
                 f"the sandbox ran out of memory (limit {self._mib()} MiB); "
@@ -201,7 +209,9 @@ class LocalSandbox:
         """After forks failed at the limit, kill everything but the shell: nothing else can run."""
         if cgroup.fork_failures() == self._fork_failures:
             return []
-        await self._call(encode_request({"tool": "__reap", "input": {}, "timeout": 10.0}), 10.0)
+        reap_id = new_id()
+        reap = encode_request({"id": reap_id, "tool": "__reap", "input": {}, "timeout": 10.0})
+        await self._call(reap, reap_id, 10.0)
         self._fork_failures = cgroup.fork_failures()
         limit = self.recipe.limits.max_processes
         return [
@@ -209,18 +219,20 @@ class LocalSandbox:
             "the shell was killed"
         ]
 
-    async def _call(self, request: bytes, timeout: float) -> ToolOutput:
-        assert self._proc.stdin is not None
+    async def _call(self, request: bytes, frame_id: str, timeout: float) -> ToolOutput:
         try:
             with anyio.fail_after(timeout + _GRACE_SECONDS):
-                self._proc.stdin.write(request)
-                await self._proc.stdin.drain()
-                return await self._read_output()
+                await self._channel.send(request)
+                return await self._read_output(frame_id)
         except TimeoutError:
             await self._fail()
             msg = "the sandbox stopped answering and was killed"
             raise HandsError("sandbox_unresponsive", msg) from None
-        except (OSError, EOFError, ValueError, asyncio.IncompleteReadError):
+        except ProtocolError as e:
+            await self._fail()
+            msg = f"the sandbox sent an answer out of step with the call ({e}) and was killed"
+            raise HandsError("sandbox_protocol", msg) from None
+        except (OSError, EOFError, ValueError):
             error = self._died()  # before _fail() removes the cgroup that says why
             await self._fail()
             raise error from None
@@ -230,22 +242,15 @@ class LocalSandbox:
                 await self._fail()
             raise
 
-    async def _read_output(self) -> ToolOutput:
-        assert self._proc.stdout is not None
-        header = await self._proc.stdout.readline()
-        if not header:
-            raise EOFError
-        if len(header) > MAX_HEADER_BYTES:
-            raise ValueError("frame header too long")
-        kind, media, is_error, length = parse_response_header(header)
-        body = await self._proc.stdout.readexactly(length)
-        if kind == "text":
-            return ToolOutput.text(body.decode(errors="replace"), is_error=is_error)
-        if media not in _MEDIA.get(kind, ()):
-            raise ValueError(f"unexpected {kind} frame")
-        data = base64.standard_b64encode(body).decode("ascii")
-        block = {"type": kind, "source": {"type": "base64", "media_type": media, "data": data}}
-        return ToolOutput(content=[block], is_error=is_error)
+    async def _read_output(self, frame_id: str) -> ToolOutput:
+        frame = await self._channel.read_frame(frame_id)
+        if frame.kind == "text":
+            return ToolOutput.text(frame.body.decode(errors="replace"), is_error=frame.is_error)
+        if frame.media not in _MEDIA.get(frame.kind, ()):
+            raise ProtocolError(f"unexpected {frame.kind} frame")
+        data = base64.standard_b64encode(frame.body).decode("ascii")
+        source = {"type": "base64", "media_type": frame.media, "data": data}
+        return ToolOutput(content=[{"type": frame.kind, "source": source}], is_error=frame.is_error)
 
     def _mib(self) -> int:
         return self.recipe.limits.memory_bytes // 2**20
@@ -275,6 +280,7 @@ class LocalSandbox:
             if self._proc.returncode is None:
                 self._proc.kill()
                 await self._proc.wait()
+        self._channel.close()
         if self._proc.stdin is not None:
             self._proc.stdin.close()
         await self._parts.release()

@@ -1,7 +1,10 @@
-"""The in-sandbox agent: a long-lived process that runs tool calls sent by the host over a pipe.
+"""The in-sandbox agent: a long-lived process that runs tool calls sent by the host over a socket.
 
-Started by bwrap at provision; reads frames on fd 0 and answers on fd 1 (see `wire`). It runs
-with exactly the sandbox's privileges and must never be trusted by the host. Stdlib only.
+Started by bwrap at provision; reads its configuration on fd 0, then frames on the channel fd
+the configuration names and answers there (see `wire`). Commands must never reach that channel:
+it is close-on-exec, stdio is /dev/null, and the agent is not dumpable, so a process of the same
+uid can neither open `/proc/<agent>/fd/*` nor read its memory. It runs with exactly the
+sandbox's privileges and must never be trusted by the host. Stdlib only.
 """
 
 from __future__ import annotations
@@ -12,19 +15,39 @@ import select
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import filetools
 from .shell import Shell
 from .wire import (
+    MAX_TEXT_BYTES,
     FrameReader,
     encode_request,
     encode_response,
     parse_response_header,
+    valid_id,
     write_all,
 )
 
 GREP_SECONDS = 30
+_PR_SET_DUMPABLE = 4
+
+
+class Reply(NamedTuple):
+    """One answer before framing: the request's id is added by the main loop."""
+
+    kind: str
+    body: bytes
+    is_error: bool = False
+    media: str = "-"
+
+    @classmethod
+    def text(cls, text: str, *, is_error: bool = False) -> Reply:
+        body = text.encode(errors="replace")
+        if len(body) > MAX_TEXT_BYTES:  # the host refuses longer frames
+            note = b"\n[output truncated to %d bytes]" % MAX_TEXT_BYTES
+            body = body[: MAX_TEXT_BYTES - len(note)] + note
+        return cls("text", body, is_error)
 
 
 def boot_code(agent_root: str, entry: str) -> str:
@@ -45,10 +68,23 @@ class Agent:
         self.shell = Shell(os.environ, self.limits, self.workdir, sandboxed=True)
         self.shell.start()
 
-    def handle(self, request: dict[str, Any]) -> bytes:
+    def answer(self, request: dict[str, Any]) -> bytes:
+        """The framed reply to `request`, carrying its id (a bad id gets `0`: the host then
+        treats the sandbox as broken)."""
+        frame_id = request.get("id")
+        reply = self.handle(request)
+        return encode_response(
+            frame_id if valid_id(frame_id) else "0",
+            reply.kind,
+            reply.body,
+            is_error=reply.is_error,
+            media=reply.media,
+        )
+
+    def handle(self, request: dict[str, Any]) -> Reply:
         tool, tool_input = request.get("tool"), request.get("input")
         if not isinstance(tool_input, dict):
-            return encode_response("text", b"input must be an object", is_error=True)
+            return Reply.text("input must be an object", is_error=True)
         try:
             if tool == "bash":
                 text, is_error = self.bash(tool_input, float(request["timeout"]))
@@ -65,13 +101,13 @@ class Agent:
                 result = filetools.run(self.view, str(tool), tool_input)
                 if isinstance(result, filetools.Binary):
                     kind = "document" if result.media_type == "application/pdf" else "image"
-                    return encode_response(kind, result.data, media=result.media_type)
+                    return Reply(kind, result.data, media=result.media_type)
                 text, is_error = result, False
         except filetools.ToolFailure as e:
             text, is_error = str(e), True
         except Exception as e:  # the agent must outlive any one bad call
             text, is_error = f"{tool}: internal error: {type(e).__name__}: {e}", True
-        return encode_response("text", text.encode(errors="replace"), is_error=is_error)
+        return Reply.text(text, is_error=is_error)
 
     def bash(self, tool_input: dict[str, Any], timeout: float) -> tuple[str, bool]:
         if tool_input.get("restart"):
@@ -83,7 +119,7 @@ class Agent:
             return "bash: command is required", True
         return self.shell.run(command, timeout)
 
-    def grep(self, request: dict[str, Any]) -> bytes:
+    def grep(self, request: dict[str, Any]) -> Reply:
         """Run grep in a child with a CPU limit: a model-written regex can backtrack forever."""
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -103,19 +139,21 @@ class Agent:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        if data is None or not _whole_frame(data):
-            message = f"grep: timed out after {GREP_SECONDS}s"
-            return encode_response("text", message.encode(), is_error=True)
-        return data
+        reply = None if data is None else _child_reply(data)
+        if reply is None:
+            return Reply.text(f"grep: timed out after {GREP_SECONDS}s", is_error=True)
+        return reply
 
 
-def _whole_frame(data: bytes) -> bool:
-    """True when `data` is exactly one well-formed frame (a child killed mid-write is not)."""
+def _child_reply(data: bytes) -> Reply | None:
+    """The reply in `data` if it is exactly one well-formed text frame (a child killed
+    mid-write is not)."""
     header, _, body = data.partition(b"\n")
     try:
-        return parse_response_header(header)[3] == len(body)
+        _, kind, _, is_error, length = parse_response_header(header)
     except ValueError:
-        return False
+        return None
+    return Reply(kind, body, is_error) if kind == "text" and length == len(body) else None
 
 
 def _agent_root() -> str:
@@ -139,6 +177,7 @@ def grep_child() -> None:
     """Entry point of the grep child process."""
     import resource
 
+    _make_undumpable()  # other processes of the sandbox must not write into its answer
     resource.setrlimit(resource.RLIMIT_CPU, (GREP_SECONDS, GREP_SECONDS + 1))
     request = FrameReader(0).read_request() or {}
     view = filetools.View(request["workdir"])
@@ -146,26 +185,55 @@ def grep_child() -> None:
         text, is_error = filetools.run(view, "grep", request["input"]), False
     except filetools.ToolFailure as e:
         text, is_error = str(e), True
-    write_all(1, encode_response("text", str(text).encode(errors="replace"), is_error=is_error))
+    reply = Reply.text(str(text), is_error=is_error)
+    write_all(1, encode_response("0", "text", reply.body, is_error=is_error))
+
+
+def _make_undumpable() -> None:
+    """PR_SET_DUMPABLE 0: processes of the same uid then cannot open `/proc/<pid>/fd/*`, read
+    `/proc/<pid>/mem` or attach to this process (ptrace access needs CAP_SYS_PTRACE).
+
+    Raises:
+        OSError: the kernel refused; the agent must not run exposed.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_DUMPABLE): {os.strerror(err)}")
+
+
+def _detach_stdio() -> None:
+    """Point stdin and stdout at /dev/null: they lead to the host, and children inherit them."""
+    devnull = os.open("/dev/null", os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
 
 
 def main() -> None:
     """Entry point of the agent (pid 2 of the sandbox, under bwrap's init)."""
     import resource
 
-    reader = FrameReader(0)
-    config = reader.read_request()
+    _make_undumpable()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    config = FrameReader(0).read_request()
     if config is None:
         return
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    channel = int(config["channel_fd"])
+    os.set_inheritable(channel, False)  # no command may inherit the channel
+    _detach_stdio()
     agent = Agent(config)
     proxy = config.get("proxy")
     if proxy:
         from . import forward  # socket + threading cost ~2 ms: only when networking is limited
 
         forward.start(int(proxy["port"]), str(proxy["socket"]))
-    write_all(1, encode_response("ready", str(os.getpid()).encode()))
+    write_all(channel, encode_response(str(config["id"]), "ready", str(os.getpid()).encode()))
     devnull = os.open("/dev/null", os.O_WRONLY)
-    os.dup2(devnull, 2)
+    os.dup2(devnull, 2)  # stderr showed start-up errors to the host; nothing more goes there
+    os.close(devnull)
+    reader = FrameReader(channel)
     while (request := reader.read_request()) is not None:
-        write_all(1, agent.handle(request))
+        write_all(channel, agent.answer(request))
