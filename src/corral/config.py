@@ -29,6 +29,8 @@ class Settings:
     """Concurrent brain slots in this process (0 = API only)."""
     lease_seconds: float = 10.0
     sandbox_idle_seconds: float = 600.0
+    sandbox_disk_bytes: int = 4 * 1024**3
+    """Disk quota of one sandbox's /workspace and outputs together (also the largest file)."""
     max_file_bytes: int = 512 * 1024 * 1024
     sse_ping_seconds: float = 15.0
     """Keep-alive interval on idle SSE streams (the SDK's read timeout is 600 s)."""
@@ -71,6 +73,7 @@ def _from_toml(doc: dict[str, Any]) -> dict[str, Any]:
             "workers",
             "lease_seconds",
             "sandbox_idle_seconds",
+            "sandbox_disk_bytes",
             "bwrap",
             "database_url",
         )

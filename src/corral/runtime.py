@@ -18,7 +18,7 @@ from corral.errors import HandsError
 from corral.files.blobs import LocalBlobStore
 from corral.files.outputs import OutputCollector
 from corral.files.service import FileService
-from corral.hands.base import Mount, Networking, SandboxRecipe
+from corral.hands.base import Limits, Mount, Networking, SandboxRecipe
 from corral.hands.layers import LayerBuilder, PackageSpec, layer_env, layer_mount
 from corral.models.base import ModelClient
 from corral.models.router import ModelRouter
@@ -164,6 +164,7 @@ def recipe_factory(
             networking=_networking(config),
             mounts=tuple(mounts),
             env=extra_env,
+            limits=Limits(disk_bytes=settings.sandbox_disk_bytes),
         )
 
     return recipe_for

@@ -226,6 +226,7 @@ def agent_config(
             "memory_bytes": limits.memory_bytes,
             "max_processes": limits.max_processes,
             "output_bytes": limits.output_bytes,
+            "disk_bytes": limits.disk_bytes,
             "rlimit_as": parts.cgroup is None,
         },
         "proxy": proxy,

@@ -30,6 +30,8 @@ class Limits:
     max_processes: int = 256
     wall_seconds: float = 120.0
     output_bytes: int = 100 * 1024
+    disk_bytes: int = 4 * 1024**3
+    """Quota on /workspace plus outputs together; also the largest size of any one file."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

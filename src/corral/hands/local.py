@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 
 from corral.errors import HandsError
-from corral.hands import _bwrap, _cgroup
+from corral.hands import _bwrap, _cgroup, _usage
 from corral.hands._agent.wire import encode_request
 from corral.hands._channel import Channel, ProtocolError, new_id
 from corral.hands._seccomp import SeccompUnsupported, build_filter
@@ -32,6 +32,10 @@ _START_TIMEOUT = 30.0
 _GREP_BUDGET = 35.0
 _MEDIA = {"image": {"image/png", "image/jpeg", "image/gif", "image/webp"},
           "document": {"application/pdf"}}  # fmt: skip
+_WRITERS = frozenset({"bash", "write", "edit"})
+"""Tools after which the disk quota is checked."""
+_BLOCKED_OVER_QUOTA = frozenset({"write", "edit"})
+"""Tools refused while over quota (bash stays usable so `rm` and `du` can fix it)."""
 
 
 class LocalHands:
@@ -142,6 +146,7 @@ class LocalSandbox:
         self._init_fd = spawned.init_fd
         self._channel = Channel(spawned.channel)
         self._ready_id = spawned.ready_id
+        self._over_quota = False
         self._lock = anyio.Lock()
         self._dead = False
         self._destroyed = False
@@ -182,10 +187,26 @@ class LocalSandbox:
         async with self._lock:
             if not self.alive:
                 raise self._died()
+            if self._over_quota and name in _BLOCKED_OVER_QUOTA:
+                note = await self._check_disk()
+                if note is not None:
+                    return ToolOutput.text(f"{name}: {note}", is_error=True)
             cgroup = self._parts.cgroup
             if cgroup is None:
-                return await self._call(request, frame_id, timeout)
-            return await self._call_watched(cgroup, request, frame_id, timeout)
+                output = await self._call(request, frame_id, timeout)
+            else:
+                output = await self._call_watched(cgroup, request, frame_id, timeout)
+            if name in _WRITERS and (note := await self._check_disk()) is not None:
+                output = _with_note(output, note)
+            return output
+
+    async def _check_disk(self) -> str | None:
+        """The quota note if /workspace and outputs together use more than `disk_bytes`."""
+        roots = (self.recipe.workspace, self.recipe.outputs)
+        usage = await anyio.to_thread.run_sync(_usage.measure, roots)
+        note = _usage.over_quota(usage, self.recipe.limits.disk_bytes)
+        self._over_quota = note is not None
+        return note
 
     async def _call_watched(
         self, cgroup: _cgroup.SandboxCgroup, request: bytes, frame_id: str, timeout: float

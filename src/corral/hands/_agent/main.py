@@ -224,6 +224,9 @@ def main() -> None:
     channel = int(config["channel_fd"])
     os.set_inheritable(channel, False)  # no command may inherit the channel
     _detach_stdio()
+    disk = int(config["limits"].get("disk_bytes") or 0)
+    if disk > 0:  # the write tool gets EFBIG (Python ignores SIGXFSZ); children inherit it
+        resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
     agent = Agent(config)
     proxy = config.get("proxy")
     if proxy:

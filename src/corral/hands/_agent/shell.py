@@ -18,8 +18,10 @@ _PRELUDE = (
     b"} </dev/null 3>&-; printf '%d\\n' $? >&3\n"
 )
 _SIGXCPU_STATUS = 128 + int(signal.SIGXCPU)
+_SIGXFSZ_STATUS = 128 + int(signal.SIGXFSZ)
 _SIGKILL_STATUS = 128 + int(signal.SIGKILL)
 _MEMORY_HINTS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
+_FILE_SIZE_HINTS = ("File too large", "File size limit exceeded")
 _GRACE_SECONDS = 0.5
 
 
@@ -160,6 +162,8 @@ class Shell:
         ]
         if lim.get("rlimit_as"):
             pairs.append((resource.RLIMIT_AS, lim["memory_bytes"], lim["memory_bytes"]))
+        if lim.get("disk_bytes"):  # no single file, sparse or not, may exceed the disk quota
+            pairs.append((resource.RLIMIT_FSIZE, lim["disk_bytes"], lim["disk_bytes"]))
         for res, soft, hard in pairs:
             resource.prlimit(self.pid, res, (soft, hard))
         try:
@@ -292,6 +296,10 @@ class Shell:
         text = out.text()
         if status != 0 and any(h in text for h in _MEMORY_HINTS):
             notes.append(f"commands here may use at most {lim['memory_bytes'] // 2**20} MiB")
+        disk = lim.get("disk_bytes")
+        if disk and (status == _SIGXFSZ_STATUS or any(h in text for h in _FILE_SIZE_HINTS)):
+            killed = "killed: " if status == _SIGXFSZ_STATUS else ""
+            notes.append(f"{killed}no file may exceed the disk quota of {disk / 2**20:.1f} MiB")
 
     def _check_process_limit(self, notes: list[str], before: set[int]) -> None:
         """At the limit, nothing more can run: kill every process but the shell (fork bombs).
