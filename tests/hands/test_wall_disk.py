@@ -94,6 +94,23 @@ async def test_the_write_tool_cannot_make_a_file_over_the_quota(
     assert await bash(sandbox, "rm -f big.txt; echo ok") == ("ok", False)
 
 
+@pytest.mark.bwrap
+@needs_bwrap
+async def test_a_new_sandbox_on_a_full_workspace_refuses_the_first_write(
+    local_hands: LocalHands, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "s1" / "workspace"
+    workspace.mkdir(parents=True)
+    (workspace / "left-by-an-earlier-sandbox").write_bytes(b"x" * 2 * MiB)
+    sandbox = await quota_sandbox(local_hands, tmp_path, MiB)
+    out = await sandbox.execute("write", {"file_path": "new.txt", "content": "x"})
+    assert out.is_error and "disk quota exceeded" in text_of(out)
+    assert not (workspace / "new.txt").exists()
+    assert await bash(sandbox, "rm left-by-an-earlier-sandbox; echo ok") == ("ok", False)
+    out = await sandbox.execute("write", {"file_path": "new.txt", "content": "x"})
+    assert not out.is_error
+
+
 def test_usage_counts_directories_and_never_follows_symlinks(tmp_path: Path) -> None:
     ws, outside = tmp_path / "ws", tmp_path / "outside"
     (ws / "d" / "e").mkdir(parents=True)

@@ -146,7 +146,8 @@ class LocalSandbox:
         self._init_fd = spawned.init_fd
         self._channel = Channel(spawned.channel)
         self._ready_id = spawned.ready_id
-        self._over_quota = False
+        self._over_quota = True
+        """Until measured: a new sandbox may start on a workspace an earlier one filled."""
         self._lock = anyio.Lock()
         self._dead = False
         self._destroyed = False
