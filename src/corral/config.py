@@ -14,6 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from corral.model_routes import ModelRoute, parse_routes
+from corral.netpolicy import (
+    BYTES_BUDGET,
+    IDLE_SECONDS,
+    MAX_CONNECTIONS,
+    EgressSettings,
+    parse_rule,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +47,25 @@ class Settings:
     """The server's environment, for providers' credentials (never forwarded to sandboxes)."""
     eager_sandboxes: bool = False
     """Provision sandboxes before inference, as the coupled design did (benchmarks only)."""
+    egress_allow_private: tuple[str, ...] = ()
+    """Private destinations a sandbox may reach when its environment lists the host:
+    `host:port`, a CIDR or IP (all ports), or a name (all its ports). Nothing else private."""
+    egress_max_connections: int = MAX_CONNECTIONS
+    """Concurrent connections through one sandbox's egress proxy."""
+    egress_bytes_budget: int = BYTES_BUDGET
+    """Bytes one sandbox may relay through its egress proxy over its life."""
+    egress_idle_seconds: float = IDLE_SECONDS
+    """A relayed connection with no bytes either way for this long is closed."""
+
+    @property
+    def egress(self) -> EgressSettings:
+        """The `egress_*` settings, as the sandboxes' egress proxies take them."""
+        return EgressSettings(
+            allow_private=self.egress_allow_private,
+            max_connections=self.egress_max_connections,
+            bytes_budget=self.egress_bytes_budget,
+            idle_seconds=self.egress_idle_seconds,
+        )
 
     @property
     def sqlite_path(self) -> Path:
@@ -83,7 +109,35 @@ def _from_toml(doc: dict[str, Any]) -> dict[str, Any]:
         out["data_dir"] = Path(server["data_dir"])
     if "models" in doc:
         out["model_routes"] = tuple(parse_routes(doc["models"]))
+    egress = doc.get("egress", {})
+    if "allow_private" in egress:
+        out["egress_allow_private"] = _allow_private(egress["allow_private"])
+    for key, kind in _EGRESS_NUMBERS.items():
+        if key in egress:
+            out[f"egress_{key}"] = _positive(f"[egress] {key}", kind(egress[key]))
     return out
+
+
+_EGRESS_NUMBERS: dict[str, type[int] | type[float]] = {
+    "max_connections": int,
+    "bytes_budget": int,
+    "idle_seconds": float,
+}
+
+
+def _allow_private(entries: object) -> tuple[str, ...]:
+    """Validated `allow_private` entries (a list of strings)."""
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise ValueError("[egress] allow_private must be a list of strings")
+    for entry in entries:
+        parse_rule(entry)
+    return tuple(e.strip() for e in entries if e.strip())
+
+
+def _positive(name: str, value: float) -> Any:
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return value
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -100,6 +154,12 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         out["workers"] = int(env["CORRAL_WORKERS"])
     if env.get("CORRAL_EAGER_SANDBOXES") == "1":
         out["eager_sandboxes"] = True
+    if env.get("CORRAL_EGRESS_ALLOW_PRIVATE"):
+        out["egress_allow_private"] = _allow_private(env["CORRAL_EGRESS_ALLOW_PRIVATE"].split(","))
+    for key, kind in _EGRESS_NUMBERS.items():
+        if env.get(f"CORRAL_EGRESS_{key.upper()}"):
+            value = kind(env[f"CORRAL_EGRESS_{key.upper()}"])
+            out[f"egress_{key}"] = _positive(f"CORRAL_EGRESS_{key.upper()}", value)
     if env.get("CORRAL_API_KEYS"):
         out["api_keys"] = tuple(k.strip() for k in env["CORRAL_API_KEYS"].split(",") if k.strip())
     return out
