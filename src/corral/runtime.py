@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +14,7 @@ from typing import Any, Literal
 import anyio
 
 from corral.brain.run import BrainDeps, BrainSettings
-from corral.brain.sandboxes import SandboxPool
+from corral.brain.sandboxes import SandboxPool, Standings
 from corral.brain.scheduler import Scheduler
 from corral.config import Settings
 from corral.errors import HandsError
@@ -20,6 +23,7 @@ from corral.files.outputs import OutputCollector
 from corral.files.service import FileService
 from corral.hands.base import Limits, Mount, Networking, SandboxRecipe
 from corral.hands.layers import LayerBuilder, PackageSpec, layer_env, layer_mount
+from corral.hands.workspaces import SessionDirs
 from corral.models.base import ModelClient
 from corral.models.router import ModelRouter
 from corral.service.agents import AgentService
@@ -28,7 +32,9 @@ from corral.service.events import EventService
 from corral.service.resources import SessionResources
 from corral.service.sessions import SessionService
 from corral.skills.service import SkillService
-from corral.store.base import Store
+from corral.store.base import Resource, SessionRow, Store
+
+log = logging.getLogger("corral.runtime")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,7 +88,9 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     files = FileService(store, blobs, max_bytes=settings.max_file_bytes)
     skills = SkillService(store, blobs, settings.data_dir / "skills")
     agents = AgentService(store, model_check=models.route_for, skill_resolver=skills.resolve)
-    sessions = SessionService(store, agents, SessionResources(files))
+    dirs = SessionDirs(settings.data_dir / "sessions")
+    purge = storage_purger(dirs)
+    sessions = SessionService(store, agents, SessionResources(files), purge=purge)
     outputs = OutputCollector(files)
 
     async def collect_outputs(recipe: SandboxRecipe) -> None:
@@ -93,6 +101,9 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     sandboxes = SandboxPool(
         hands,
         recipe_factory(settings, store, files, skills, layers=layers),
+        standings=session_standings(store),
+        hold=dirs.hold,
+        purge=purge,
         idle_seconds=settings.sandbox_idle_seconds,
         after_execute=collect_outputs,
     )
@@ -168,6 +179,71 @@ def recipe_factory(
         )
 
     return recipe_for
+
+
+def recipe_generation(row: SessionRow, env: Resource | None) -> str | None:
+    """A digest of every input of `recipe_factory`'s recipe (keep the two in step), or None
+    when the session may hold no sandbox. File and skill contents are immutable per id and
+    version, so ids suffice."""
+    if row.archived_at is not None or row.summary.status == "terminated":
+        return None
+    inputs = {
+        "environment": [row.environment_id, env.body.get("config") if env else None],
+        "resources": row.body.get("resources") or [],
+        "skills": row.body["agent"].get("skills") or [],
+    }
+    encoded = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(encoded.encode()).hexdigest()
+
+
+def session_standings(store: Store, *, concurrency: int = 8) -> Standings:
+    """`SandboxPool`'s view of sessions: generation per existing session, in one batch
+    (concurrent reads; each environment read once)."""
+
+    async def standings(session_ids: Sequence[str]) -> dict[str, str | None]:
+        rows: list[SessionRow] = []
+        limiter = anyio.CapacityLimiter(concurrency)
+
+        async def read(session_id: str) -> None:
+            async with limiter:
+                row = await store.get_session(session_id)
+            if row is not None:
+                rows.append(row)
+
+        async with anyio.create_task_group() as tg:
+            for session_id in dict.fromkeys(session_ids):
+                tg.start_soon(read, session_id)
+        envs = {
+            env_id: await store.get_resource("environment", env_id)
+            for env_id in {row.environment_id for row in rows}
+        }
+        return {row.id: recipe_generation(row, envs[row.environment_id]) for row in rows}
+
+    return standings
+
+
+def storage_purger(dirs: SessionDirs) -> Callable[[str], Awaitable[bool]]:
+    """`purge_session_storage`, bound to this process's data dir."""
+
+    async def purge_session_storage(session_id: str) -> bool:
+        """THE one place that removes what a deleted session left on the host.
+
+        Runs under the directory's exclusive lock, i.e. only when no sandbox of the session
+        is alive in any process sharing the data dir; otherwise it returns False and the
+        pool holding the sandbox calls it again after destroying it. Called by the API right
+        after the delete and by pools, so it must be idempotent; it never raises.
+        Per-session host state added later is released here, under the lock:
+        - the session's sandbox uid (hands), once uids are allocated per session;
+        - the session's output file objects (files).
+        """
+        try:
+            async with dirs.exclusive(session_id) as free:
+                return free and await dirs.remove(session_id)
+        except Exception:
+            log.exception("purging the files of deleted session %s", session_id)
+            return False
+
+    return purge_session_storage
 
 
 _NETWORK_TYPES: dict[str, Literal["unrestricted", "limited", "none"]] = {

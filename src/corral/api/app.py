@@ -56,8 +56,7 @@ def create_app(runtime: Runtime) -> Starlette:
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(runtime.scheduler.run)
-            tg.start_soon(_reap_sandboxes, runtime)
+            tg.start_soon(runtime.scheduler.run)  # brains and their sandboxes' tick, if any
             yield
             tg.cancel_scope.cancel()
 
@@ -127,8 +126,3 @@ def create_asgi(runtime: Runtime) -> ASGIApp:
     )
     return ApiKeyAuth(router, runtime.settings.api_keys)
 
-
-async def _reap_sandboxes(runtime: Runtime) -> None:
-    while True:
-        await anyio.sleep(min(runtime.settings.sandbox_idle_seconds / 4, 30.0))
-        await runtime.sandboxes.reap_idle()

@@ -33,13 +33,12 @@ def routes(runtime: Runtime) -> list[Route]:
             request.path_params["session_id"], await parse_body(request, SessionUpdate)
         )
 
+    # Archive, delete and resource changes only change rows: the process holding the
+    # session's sandbox (maybe another one) follows them (`SandboxPool.tick`).
     async def archive(request: Request) -> Any:
-        result = await sessions.archive(request.path_params["session_id"])
-        await _discard(runtime, request.path_params["session_id"])
-        return result
+        return await sessions.archive(request.path_params["session_id"])
 
     async def delete(request: Request) -> Any:
-        await _discard(runtime, request.path_params["session_id"])
         return await sessions.delete(request.path_params["session_id"])
 
     async def list_sessions(request: Request) -> Any:
@@ -79,9 +78,7 @@ def routes(runtime: Runtime) -> list[Route]:
     async def add_resource(request: Request) -> Any:
         session_id = request.path_params["session_id"]
         body = await parse_body(request, FileResource)
-        entry = await sessions.add_resource(session_id, body)
-        await _discard(runtime, session_id)  # the next tool call re-provisions with the mount
-        return entry
+        return await sessions.add_resource(session_id, body)
 
     async def list_resources(request: Request) -> Any:
         row = await sessions.row(request.path_params["session_id"])
@@ -103,10 +100,9 @@ def routes(runtime: Runtime) -> list[Route]:
         raise BadRequest("authorization_token: only github_repository resources can be updated")
 
     async def delete_resource(request: Request) -> Any:
-        session_id = request.path_params["session_id"]
-        result = await sessions.delete_resource(session_id, request.path_params["resource_id"])
-        await _discard(runtime, session_id)
-        return result
+        return await sessions.delete_resource(
+            request.path_params["session_id"], request.path_params["resource_id"]
+        )
 
     resource = "/v1/sessions/{session_id}/resources/{resource_id}"
     return [
@@ -124,7 +120,3 @@ def routes(runtime: Runtime) -> list[Route]:
         Route("/v1/sessions/{session_id}/events", json_route(send), methods=["POST"]),
         Route("/v1/sessions/{session_id}/events", json_route(list_events), methods=["GET"]),
     ]
-
-
-async def _discard(runtime: Runtime, session_id: str) -> None:
-    await runtime.sandboxes.discard(session_id)

@@ -16,6 +16,8 @@ from corral.ids import new_id
 from corral.session.log import Fence
 
 log = logging.getLogger("corral.scheduler")
+SANDBOX_TICK_SECONDS = 2.0
+"""How often this process's sandboxes are checked against their sessions (and reaped)."""
 
 
 def worker_name() -> str:
@@ -26,10 +28,18 @@ def worker_name() -> str:
 class Scheduler:
     """`concurrency` brain slots in this process."""
 
-    def __init__(self, deps: BrainDeps, *, concurrency: int, poll_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        deps: BrainDeps,
+        *,
+        concurrency: int,
+        poll_seconds: float = 1.0,
+        sandbox_tick_seconds: float = SANDBOX_TICK_SECONDS,
+    ) -> None:
         self.deps = deps
         self.concurrency = concurrency
         self.poll_seconds = poll_seconds
+        self.sandbox_tick_seconds = sandbox_tick_seconds
         self.owner = worker_name()
         self._busy = 0
         self._slot_freed = anyio.Event()
@@ -43,11 +53,14 @@ class Scheduler:
         """Claim and drive sessions until cancelled.
 
         Claims are batched (as many as there are free slots) so that a burst of wakes costs
-        one transaction, not one per session.
+        one transaction, not one per session. Sandboxes belong to the process that runs
+        brains, so their tick runs here too; a process without brain slots (API only) does
+        no sandbox work at all.
         """
         if self.concurrency <= 0:
             return
         async with anyio.create_task_group() as tg:
+            tg.start_soon(self._tend_sandboxes)
             while True:
                 free = self.concurrency - self._busy
                 if free <= 0:
@@ -60,6 +73,17 @@ class Scheduler:
                 for fence in fences:
                     self._busy += 1
                     tg.start_soon(self._drive, fence)
+
+    async def _tend_sandboxes(self) -> None:
+        pool = self.deps.sandboxes
+        if pool is None:
+            return
+        while True:
+            await anyio.sleep(self.sandbox_tick_seconds)
+            try:
+                await pool.tick()
+            except Exception:  # e.g. the database is away: the next tick tries again
+                log.exception("sandbox tick failed")
 
     async def _claim(self, limit: int) -> list[Fence]:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -41,12 +42,25 @@ def client_event(body: dict[str, Any]) -> dict[str, Any]:
 
 
 class SessionService:
-    """Create, read, update and delete sessions."""
+    """Create, read, update and delete sessions.
 
-    def __init__(self, store: Store, agents: AgentService, resources: SessionResources) -> None:
+    Sandboxes are not touched here: they follow the rows from the process that holds them
+    (`SandboxPool.tick`). `purge` removes a deleted session's files when no sandbox uses
+    them anymore (else the holder's pool does it after destroying the sandbox).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        agents: AgentService,
+        resources: SessionResources,
+        *,
+        purge: Callable[[str], Awaitable[object]] | None = None,
+    ) -> None:
         self.store = store
         self.agents = agents
         self.resources = resources
+        self._purge = purge
 
     async def create(self, req: SessionCreate) -> dict[str, Any]:
         """A new idle session; `initial_events` are appended and wake the brain."""
@@ -161,13 +175,15 @@ class SessionService:
         return await self.get(session_id)
 
     async def delete(self, session_id: str) -> dict[str, Any]:
-        """Delete the session and its log."""
+        """Delete the session and its log, then its files unless a sandbox still uses them."""
         if not await self.store.delete_session(session_id):
             raise NotFound(f"session {session_id} not found")
+        if self._purge is not None:
+            await self._purge(session_id)
         return {"id": session_id, "type": "session_deleted"}
 
     async def add_resource(self, session_id: str, item: FileResource) -> dict[str, Any]:
-        """Mount another file; a running sandbox is re-made at its next use to see it."""
+        """Mount another file; a live sandbox is re-made at its next call to see it."""
         row = await self.row(session_id)
         body = dict(row.body)
         taken = {r["mount_path"] for r in body["resources"]}

@@ -1,0 +1,113 @@
+"""The documented scale-out deployment: `corral serve --workers 0` (API only) plus a separate
+`corral worker` on PostgreSQL. Sandboxes live in the worker, so changes made through the API
+(resources, archive, delete) must reach the worker's sandbox without the API touching it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.api.test_sandbox_follows_session import (
+    check_resources_follow,
+    eventually,
+    live_sandboxes,
+    run_bash,
+    sandbox_running,
+    toolset_session,
+)
+from tests.fakes.messages_server import FakeModelServer
+from tests.server import API_KEY, DATABASE_URL_ENV, ServerProcess, fresh_postgres
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(scope="module")
+def api(
+    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModelServer
+) -> Iterator[ServerProcess]:
+    """An API-only server and one worker process on a fresh database and a shared data dir."""
+    if not os.environ.get(DATABASE_URL_ENV):
+        pytest.skip(f"{DATABASE_URL_ENV} is not set")
+    data_dir = tmp_path_factory.mktemp("cluster")
+    with fresh_postgres("corral_follow") as url:
+        server = ServerProcess(
+            data_dir, model_url=fake_model.url, args=("--database-url", url, "--workers", "0")
+        ).start()
+        worker = _start_worker(data_dir, url, fake_model.url)
+        try:
+            yield server
+        finally:
+            worker.terminate()
+            try:
+                worker.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+            server.stop()
+
+
+def _start_worker(data_dir: Path, database_url: str, model_url: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CORRAL_"))}
+    env.update(
+        {
+            "CORRAL_API_KEYS": API_KEY,
+            "ANTHROPIC_API_KEY": "sk-test-secret",
+            "ANTHROPIC_BASE_URL": model_url,
+            "CORRAL_CONFIG": str(data_dir / "corral.toml"),
+        }
+    )
+    command = [sys.executable, "-m", "corral", "worker", "--database-url", database_url]
+    command += ["--data-dir", str(data_dir), "--workers", "4"]
+    with (data_dir / "worker.log").open("ab") as log:
+        return subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def test_resource_changes_reach_the_workers_sandbox(
+    api: ServerProcess, fake_model: FakeModelServer
+) -> None:
+    client = api.client()
+    session_id = toolset_session(client)
+    check_resources_follow(client, fake_model, session_id)
+    assert live_sandboxes(api) == [], "an API-only process holds no sandbox"
+
+
+def test_archive_reaches_the_workers_sandbox(
+    api: ServerProcess, fake_model: FakeModelServer
+) -> None:
+    client = api.client()
+    session_id = toolset_session(client)
+    assert (
+        run_bash(client, fake_model, session_id, "echo kept > /workspace/kept; echo ok").strip()
+        == "ok"
+    )
+    workspace = api.data_dir / "sessions" / session_id / "workspace"
+    stat = workspace.stat()
+    assert sandbox_running(stat), "the worker's sandbox is live"
+    client.beta.sessions.archive(session_id)
+    eventually(lambda: not sandbox_running(stat), "archive left the worker's sandbox")
+    assert (workspace / "kept").read_text() == "kept\n"
+
+
+def test_delete_reaches_the_workers_sandbox_and_directory(
+    api: ServerProcess, fake_model: FakeModelServer
+) -> None:
+    client = api.client()
+    session_id = toolset_session(client)
+    assert (
+        run_bash(client, fake_model, session_id, "echo x > /workspace/f; echo ok").strip() == "ok"
+    )
+    session_dir = api.data_dir / "sessions" / session_id
+    workspace = session_dir / "workspace"
+    stat = workspace.stat()
+    assert sandbox_running(stat)
+    client.beta.sessions.delete(session_id)
+    eventually(lambda: not session_dir.exists(), "the deleted session's directory stayed")
+    eventually(lambda: not sandbox_running(stat), "delete left the worker's sandbox")
