@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -53,6 +54,7 @@ def serve(
         f"Corral listening on http://{settings.host}:{settings.port} "
         f"(data: {settings.database_url or settings.sqlite_path})"
     )
+    raise_fd_limit(settings)
     anyio.run(serve_async, settings)
 
 
@@ -80,7 +82,33 @@ def worker(
         )
         raise typer.Exit(2)
     console.print(f"Corral worker: {settings.workers} brain slots on {settings.database_url}")
+    raise_fd_limit(settings)
     anyio.run(worker_async, settings)
+
+
+def raise_fd_limit(settings: Settings) -> int:
+    """Raise the soft open-file limit to the hard one and return it.
+
+    Each sandbox's egress proxy may hold 2 * egress_max_connections + 2 descriptors (see
+    `hands/_egress.py`); with the usual soft limit of 1024 a handful of busy sandboxes would
+    starve the API and the database of descriptors, with the hard limit (commonly 524288 or
+    more) hundreds of saturated sandboxes fit. Warns when even that leaves little room.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            console.print(f"[yellow]cannot raise the open-file limit above {soft}:[/] {exc}")
+    per_sandbox = 2 * settings.egress_max_connections + 16  # proxy + the sandbox's own pipes
+    if soft // per_sandbox < 100:
+        console.print(
+            f"[yellow]open-file limit {soft}:[/] room for about {soft // per_sandbox} sandboxes "
+            "with saturated egress proxies; raise the hard limit (LimitNOFILE=) for more"
+        )
+    return soft
 
 
 @app.command()
