@@ -96,7 +96,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     async def collect_outputs(recipe: SandboxRecipe) -> None:
         await outputs.collect(recipe.session_id, recipe.outputs)
 
-    hands = LocalHands(settings.data_dir / "sandboxes", bwrap=settings.bwrap)
+    hands = LocalHands(settings.data_dir / "sandboxes", settings.bwrap, egress=settings.egress)
     layers = LayerBuilder(hands, settings.data_dir / "layers")
     sandboxes = SandboxPool(
         hands,

@@ -15,6 +15,7 @@ import pytest
 
 from corral.hands.base import SandboxRecipe
 from corral.hands.local import LocalHands
+from corral.netpolicy import EgressSettings
 
 HAVE_BWRAP = shutil.which("bwrap") is not None
 needs_bwrap = pytest.mark.skipif(
@@ -29,8 +30,13 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 async def local_hands(tmp_path: Path) -> AsyncIterator[LocalHands]:
-    """A LocalHands whose state lives under tmp_path; closed (all sandboxes killed) after."""
-    hands = LocalHands(tmp_path / "hands-state")
+    """A LocalHands whose state lives under tmp_path; closed (all sandboxes killed) after.
+
+    The tests' stand-in for the internet listens on the loopback, which the operator opens
+    (`allow_private`) to environments that list 127.0.0.1; `unrestricted` stays public-only.
+    """
+    egress = EgressSettings(allow_private=("127.0.0.1",))
+    hands = LocalHands(tmp_path / "hands-state", egress=egress)
     yield hands
     await hands.aclose()
 

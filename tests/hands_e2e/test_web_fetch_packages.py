@@ -13,7 +13,7 @@ import pytest
 from tests.api.helpers import events, say, wait_idle
 from tests.fakes.messages_server import FakeModelServer, Text, ToolUse, Turn
 from tests.hands.conftest import needs_registry
-from tests.server import ServerProcess
+from tests.server import ServerProcess, backend_env
 
 TOOLSET = {"type": "agent_toolset_20260401"}
 PAGE = b"<html><head><title>Status</title><script>hidden()</script></head><body><h1>All good</h1>"
@@ -30,6 +30,20 @@ class _Page(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModelServer, backend: str
+) -> Iterator[ServerProcess]:
+    """The shared server, with the operator opening the loopback (where the test page is) to
+    environments that list it: private addresses are refused otherwise."""
+    with backend_env(backend) as env:
+        env = {**env, "CORRAL_EGRESS_ALLOW_PRIVATE": "127.0.0.1"}
+        data_dir = tmp_path_factory.mktemp("corral")
+        proc = ServerProcess(data_dir, model_url=fake_model.url, env=env).start()
+        yield proc
+        proc.stop()
 
 
 @pytest.fixture

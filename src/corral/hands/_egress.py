@@ -2,22 +2,47 @@
 
 Sandboxes never share the host's network namespace: this proxy is their only way out.
 `limited`: CONNECT/GET to allowed hosts (exact or `*.suffix`), 403 otherwise.
-`unrestricted`: any method to any host whose every address is public; loopback, private,
-link-local and other internal addresses are refused (the server's database and API listen
-there), and the connection goes to the address that was checked (no DNS rebinding).
-Holds no credentials.
+`unrestricted`: any method to any host. In both, the name is resolved once and every address
+is checked by `corral.netpolicy` (public, not this host's own, embedded IPv4 included; the
+server's database and API listen on the host), and the connection goes to a checked address,
+never to the name again (no DNS rebinding). A private destination is reachable only when the
+environment lists the host and the operator lists the destination in `[egress] allow_private`.
+
+Budgets per sandbox, so one sandbox cannot exhaust the server: at most `max_connections`
+connections at once (one more is answered 429 and closed at once), `bytes_budget` bytes relayed
+over its life (then 403), 30 s to send a request head, `idle_seconds` without traffic on a
+relayed connection, two DNS lookups in flight.
+
+Descriptor arithmetic: a connection holds its client socket and at most one upstream socket,
+so one sandbox's proxy holds at most 2 * max_connections + 2 descriptors (the listener and a
+connection being refused) — 130 with the default 64 — plus DNS sockets of the shared
+8-thread resolver pool (`netpolicy`). `corral serve`/`worker` raise RLIMIT_NOFILE's soft limit
+to the hard one (commonly 524288 or more), so e.g. 1000 sandboxes with saturated proxies need
+about 130k descriptors and still leave the API and the database theirs. With a low hard limit
+N, keep sandboxes * 130 well below N (or lower `max_connections`).
+
+Holds no credentials; must not import session, store or anything above hands.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from corral.netpolicy import (
+    AddressPolicy,
+    EgressSettings,
+    check_destination,
+    is_public,
+    resolve,
+)
+
+__all__ = ["PACKAGE_MANAGER_HOSTS", "EgressProxy", "HostPolicy", "Resolver", "is_public"]
 
 PACKAGE_MANAGER_HOSTS = (
     "pypi.org", "files.pythonhosted.org", "registry.npmjs.org", "registry.yarnpkg.com",
@@ -28,11 +53,19 @@ PACKAGE_MANAGER_HOSTS = (
 _HEAD_LIMIT = 64 * 1024
 _HEAD_TIMEOUT = 30.0
 _CONNECT_TIMEOUT = 15.0
+_RESOLVE_TIMEOUT = 10.0
+_LOOKUPS = 2
+"""DNS lookups in flight per sandbox."""
+_BACKLOG = 64
 _DROPPED_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive")
 
 
 def _norm(host: str) -> str:
     return host.strip().strip("[]").rstrip(".").lower()
+
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+"""Every address of (host, port), looked up once; raises OSError when it does not resolve."""
 
 
 class HostPolicy:
@@ -49,29 +82,9 @@ class HostPolicy:
         self.public = public
 
     def allows(self, host: str) -> bool:
-        """Explicitly listed (reachable whatever its address)."""
+        """Explicitly listed (the name; its addresses are checked separately)."""
         host = _norm(host)
         return bool(host) and (host in self.exact or host.endswith(self.suffixes))
-
-
-def is_public(address: str) -> bool:
-    """Whether an IP address is globally routable (not loopback/private/link-local/…)."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
-
-
-async def public_address(host: str, port: int) -> str | None:
-    """The first address of `host` if every address it resolves to is public, else None."""
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError:
-        return None
-    addresses = [str(info[4][0]) for info in infos]
-    if not addresses or not all(is_public(a) for a in addresses):
-        return None
-    return addresses[0]
 
 
 def _response(status: str, message: str) -> bytes:
@@ -124,60 +137,87 @@ def _bind_unix(path: Path) -> socket.socket:
 
 
 class EgressProxy:
-    """One sandbox's proxy: an asyncio unix-socket server enforcing a `HostPolicy`."""
+    """One sandbox's proxy: a unix-socket server enforcing a `HostPolicy`, the operator's
+    address rules and the sandbox's connection and byte budgets."""
 
-    def __init__(self, policy: HostPolicy) -> None:
+    def __init__(
+        self,
+        policy: HostPolicy,
+        *,
+        settings: EgressSettings | None = None,
+        resolver: Resolver = resolve,
+    ) -> None:
+        """`resolver` looks a name up once per request (tests pass a stand-in for DNS).
+
+        Raises:
+            ValueError: a malformed `allow_private` entry.
+        """
         self.policy = policy
-        self._server: asyncio.AbstractServer | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self.settings = settings or EgressSettings()
+        self.addresses = AddressPolicy.from_entries(self.settings.allow_private)
+        self.bytes_used = 0
+        """Bytes relayed so far, both directions, all connections."""
+        self._resolver = resolver
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._lookups = asyncio.Semaphore(_LOOKUPS)
 
     async def start(self, socket_path: Path) -> None:
         """Listen on `socket_path` (a new file; any length, unlike a plain AF_UNIX bind)."""
-        self._server = await asyncio.start_unix_server(
-            self._handle, sock=_bind_unix(socket_path), limit=_HEAD_LIMIT
-        )
+        listener = _bind_unix(socket_path)
+        listener.listen(_BACKLOG)
+        listener.setblocking(False)
+        self._listener = listener
+        self._accepting = asyncio.create_task(self._accept_loop(listener))
 
     async def aclose(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for writer in list(self._writers):
-            writer.close()
-        self._writers.clear()
+        """Stop accepting and close every connection (client and upstream sockets)."""
+        tasks = [t for t in (self._accepting, *self._handlers) if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        if self._listener is not None:
+            self._listener.close()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        """Accept one connection at a time; beyond `max_connections` answer 429 and close at
+        once, so this sandbox never holds more than its share of the server's descriptors."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError:  # EMFILE/ENFILE: the process is short of descriptors; back off
+                await asyncio.sleep(0.1)
+                continue
+            if len(self._handlers) >= self.settings.max_connections:
+                limit = self.settings.max_connections
+                _answer_and_close(
+                    conn,
+                    _response(
+                        "429 Too Many Requests",
+                        f"too many concurrent connections from this sandbox (limit {limit})",
+                    ),
+                )
+            else:
+                task = asyncio.create_task(self._handle(conn))
+                self._handlers.add(task)
+                task.add_done_callback(self._handlers.discard)
+            await asyncio.sleep(0)  # sock_accept does not yield while clients are queued
+
+    async def _handle(self, conn: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=conn, limit=_HEAD_LIMIT)
+        except OSError:
+            conn.close()
+            return
         try:
             await self._serve(reader, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
         finally:
-            self._writers.discard(writer)
             writer.close()
-
-    async def _admit(
-        self, writer: asyncio.StreamWriter, method: str, host: str, port: int
-    ) -> str | None:
-        """Where to connect for this request, or None after writing the refusal."""
-        if self.policy.allows(host):
-            if method not in ("CONNECT", "GET") and not self.policy.public:
-                await _refuse(writer, "405 Method Not Allowed", f"{method} is not allowed")
-                return None
-            return host
-        if not self.policy.public:
-            if method not in ("CONNECT", "GET"):
-                await _refuse(writer, "405 Method Not Allowed", f"{method} is not allowed")
-            else:
-                await _refuse(writer, "403 Forbidden", f"host {host!r} is not in allowed_hosts")
-            return None
-        address = await public_address(host, port)
-        if address is None:
-            await _refuse(
-                writer,
-                "403 Forbidden",
-                f"host {host!r} is internal or does not resolve; sandboxes may only "
-                "reach public addresses",
-            )
-        return address
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT)
@@ -188,36 +228,154 @@ class EgressProxy:
         except ValueError as e:
             writer.write(_response("400 Bad Request", str(e) or "malformed request line"))
             return
-        target_address = await self._admit(writer, method, host, port)
-        if target_address is None:
+        refusal = self._check_request(method, host)
+        addresses: tuple[str, ...] = ()
+        if refusal is None:
+            addresses, refusal = await self._admit(host, port)
+        if refusal is not None:
+            writer.write(refusal)
             return
         try:
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(target_address, port), _CONNECT_TIMEOUT
-            )
+            up_reader, up_writer = await _connect(addresses, port)
         except (OSError, TimeoutError) as e:
-            writer.write(_response("502 Bad Gateway", f"cannot connect to {host}:{port}: {e}"))
+            writer.write(
+                _response("502 Bad Gateway", f"cannot connect to {host}:{port}: {e or 'timed out'}")
+            )
             return
-        self._writers.add(up_writer)
         try:
             if method == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
                 up_writer.write(_rewrite_head(method, path, version, header_lines))
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await self._relay(reader, writer, up_reader, up_writer)
         finally:
-            self._writers.discard(up_writer)
             up_writer.close()
 
+    def _check_request(self, method: str, host: str) -> bytes | None:
+        """The refusal for this method and host name before any lookup, or None."""
+        if self.bytes_used >= self.settings.bytes_budget:
+            budget = self.settings.bytes_budget
+            return _response(
+                "403 Forbidden", f"this sandbox's egress budget of {budget} bytes is used up"
+            )
+        if self.policy.public:
+            return None
+        if method not in ("CONNECT", "GET"):
+            return _response("405 Method Not Allowed", f"{method} is not allowed")
+        if not self.policy.allows(host):
+            return _response("403 Forbidden", f"host {host!r} is not in allowed_hosts")
+        return None
 
-async def _refuse(writer: asyncio.StreamWriter, status: str, message: str) -> None:
-    writer.write(_response(status, message))
+    async def _admit(self, host: str, port: int) -> tuple[tuple[str, ...], bytes | None]:
+        """Resolve once and decide on the addresses: (addresses to connect to, refusal)."""
+        try:
+            resolved = await self._resolve(host, port)
+        except (OSError, TimeoutError) as e:
+            return (), _response("502 Bad Gateway", f"cannot resolve {host}: {e or 'timed out'}")
+        listed = self.policy.allows(host)
+        # The operator's private destinations open only to environments that name the host.
+        rules = self.addresses if listed else self.addresses.public_only()
+        decision = check_destination(host, port, resolved, rules)
+        if decision.allowed:
+            return decision.addresses, None
+        hint = " unless the operator lists the destination in [egress] allow_private"
+        message = (
+            f"host {host!r} refused: {decision.reason}; sandboxes may only reach public "
+            f"addresses{hint if listed else ''}"
+        )
+        return (), _response("403 Forbidden", message)
+
+    async def _resolve(self, host: str, port: int) -> list[str]:
+        """One lookup, at most `_LOOKUPS` in flight per sandbox even after timeouts (a slot
+        is freed when the lookup itself ends), so one sandbox cannot hog the resolver pool."""
+        await self._lookups.acquire()
+        lookup = asyncio.ensure_future(self._resolver(host, port))
+        lookup.add_done_callback(self._lookup_done)
+        return await asyncio.wait_for(asyncio.shield(lookup), _RESOLVE_TIMEOUT)
+
+    def _lookup_done(self, lookup: asyncio.Future[list[str]]) -> None:
+        self._lookups.release()
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved: a lookup that outlived its request must not log
+
+    async def _relay(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
+        """Copy both ways until both ends finish, the connection is idle for `idle_seconds`
+        (no bytes either way) or the sandbox's byte budget runs out."""
+        loop = asyncio.get_running_loop()
+        activity = _Activity(loop.time())
+        pending = {
+            asyncio.ensure_future(self._pipe(reader, up_writer, activity)),
+            asyncio.ensure_future(self._pipe(up_reader, writer, activity)),
+        }
+        try:
+            while pending:
+                left = activity.last + self.settings.idle_seconds - loop.time()
+                if left <= 0:
+                    return
+                done, pending = await asyncio.wait(
+                    pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                if any(not t.result() for t in done):
+                    return
+        finally:
+            for task in pending:
+                task.cancel()
+
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, activity: _Activity
+    ) -> bool:
+        """Copy until EOF; False when the byte budget ran out (the chunk is not forwarded)."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(OSError, RuntimeError):
+            while data := await reader.read(1 << 16):
+                self.bytes_used += len(data)
+                if self.bytes_used > self.settings.bytes_budget:
+                    return False
+                activity.last = loop.time()
+                writer.write(data)
+                await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+        return True
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(OSError, RuntimeError):
-        while data := await reader.read(1 << 16):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
+class _Activity:
+    """When a relayed connection last carried bytes (either way)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self, now: float) -> None:
+        self.last = now
+
+
+async def _connect(
+    addresses: tuple[str, ...], port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to the first checked address that answers; numeric only, never a lookup."""
+    errors: list[str] = []
+    async with asyncio.timeout(_CONNECT_TIMEOUT):
+        for address in addresses:
+            try:
+                return await asyncio.open_connection(
+                    address, port, flags=socket.AI_NUMERICHOST, limit=_HEAD_LIMIT
+                )
+            except OSError as e:
+                errors.append(f"{address}: {e.strerror or e}")
+    raise OSError("; ".join(errors))
+
+
+def _answer_and_close(conn: socket.socket, response: bytes) -> None:
+    """Best-effort answer without waiting; reading what the client sent first keeps the
+    close from resetting the connection before it reads the answer."""
+    conn.setblocking(False)
+    with contextlib.suppress(OSError):
+        conn.recv(_HEAD_LIMIT)
+    with contextlib.suppress(OSError):
+        conn.send(response)
+    conn.close()

@@ -23,6 +23,7 @@ from corral.hands._channel import new_id
 from corral.hands._egress import PACKAGE_MANAGER_HOSTS, EgressProxy, HostPolicy
 from corral.hands._seccomp import build_filter
 from corral.hands.base import SandboxRecipe
+from corral.netpolicy import EgressSettings
 
 INFRA_TASKS = 16
 """Tasks (bwrap init, agent, shell, proxy relay threads) allowed on top of `max_processes`."""
@@ -60,15 +61,17 @@ class Parts:
         layout: _bwrap.HostLayout,
         recipe: SandboxRecipe,
         cgroups: _cgroup.CgroupSetup | None,
+        egress: EgressSettings | None = None,
     ) -> None:
-        """Start the egress proxy (any networking but `none`) and create the cgroups."""
+        """Start the egress proxy (any networking but `none`) with the operator's `egress`
+        settings, and create the cgroups."""
         net = recipe.networking
         if net.type != "none":
             extra = PACKAGE_MANAGER_HOSTS if net.allow_package_managers else ()
             self.run_dir = layout.state_dir / "run" / self.sandbox_id
             self.run_dir.mkdir()
             policy = HostPolicy([*net.allowed_hosts, *extra], public=net.type == "unrestricted")
-            self.proxy = EgressProxy(policy)
+            self.proxy = EgressProxy(policy, settings=egress)
             await self.proxy.start(self.run_dir / "egress.sock")
         if cgroups is not None:
             try:

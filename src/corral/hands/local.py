@@ -25,6 +25,7 @@ from corral.hands._channel import Channel, ProtocolError, new_id
 from corral.hands._seccomp import SeccompUnsupported, build_filter
 from corral.hands._spawn import Parts, Spawned, check_recipe, spawn
 from corral.hands.base import SandboxRecipe, ToolOutput
+from corral.netpolicy import EgressSettings
 from corral.tools.builtin import SANDBOX_TOOLS
 
 _GRACE_SECONDS = 10.0
@@ -52,7 +53,10 @@ class LocalHands:
         *,
         python: str = "/usr/bin/python3",
         use_cgroups: bool = True,
+        egress: EgressSettings | None = None,
     ) -> None:
+        self._egress = egress or EgressSettings()
+        """The operator's egress settings, for every sandbox's proxy."""
         self._root_dir = root_dir
         self._bwrap = bwrap
         self._python = python
@@ -97,7 +101,7 @@ class LocalHands:
         self._leftover_cgroups[:] = [c for c in self._leftover_cgroups if not c.remove()]
         parts = Parts(sandbox_id=f"sbx_{secrets.token_hex(8)}", leftovers=self._leftover_cgroups)
         try:
-            await parts.make(layout, recipe, self._cgroups)
+            await parts.make(layout, recipe, self._cgroups, self._egress)
             spawned = await spawn(layout, recipe, parts)
         except BaseException:
             with anyio.CancelScope(shield=True):

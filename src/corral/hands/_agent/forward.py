@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 
 
 def start(port: int, socket_path: str) -> None:
@@ -21,18 +22,28 @@ def start(port: int, socket_path: str) -> None:
 
 
 def _accept_loop(server: socket.socket, socket_path: str) -> None:
+    """One proxy connection per client connection, never more (no retries, no pooling), so
+    the sandbox cannot use this relay to amplify; the proxy enforces the budgets. Running out
+    of descriptors or threads (the sandbox's own limits) drops that client, never the loop."""
     while True:
-        client, _ = server.accept()
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            upstream.connect(socket_path)
+            client, _ = server.accept()
+        except OSError:
+            time.sleep(0.1)  # EMFILE and the like: the sandbox's own limit, wait for a free fd
+            continue
+        try:
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         except OSError:
             client.close()
-            upstream.close()
             continue
-        pair = _Pair(client, upstream)
-        threading.Thread(target=pair.pump, args=(client, upstream), daemon=True).start()
-        threading.Thread(target=pair.pump, args=(upstream, client), daemon=True).start()
+        try:
+            upstream.connect(socket_path)
+            pair = _Pair(client, upstream)
+            threading.Thread(target=pair.pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=pair.pump, args=(upstream, client), daemon=True).start()
+        except (OSError, RuntimeError):  # RuntimeError: no thread could be started
+            client.close()
+            upstream.close()
 
 
 class _Pair:
