@@ -1,15 +1,42 @@
-"""Fold one appended event into the session row's summary (status, usage, stats); pure.
+"""Fold one appended event into the session's projections; pure, no I/O.
 
-Both store backends call this inside the append's transaction, so the row never disagrees
-with the log.
+Two projections, both kept by the store backends inside the append's transaction so that they
+never disagree with the log:
+
+- `project`: the session row's summary (status, usage, stats);
+- `CallBook.apply`: the tool calls a client may answer (`tool_calls` rows) and whether an
+  interrupt is pending. Client events are validated against it, so a POST costs O(its own
+  events) instead of a fold of the whole log. It mirrors `brain.state.fold` for what
+  validation needs (which calls exist, their confirmation, answered or abandoned).
+
+This module must not do I/O or know about HTTP errors: callers decide what a state means.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from corral.ids import parse_rfc3339
 from corral.session.log import SessionSummary
+from corral.wire.events import (
+    AgentCustomToolUseEvent,
+    AgentMcpToolResultEvent,
+    AgentMcpToolUseEvent,
+    AgentToolResultEvent,
+    AgentToolUseEvent,
+    LogEvent,
+    SessionStatusIdleEvent,
+    SessionStatusRescheduledEvent,
+    SessionStatusRunningEvent,
+    SessionStatusTerminatedEvent,
+    UserCustomToolResultEvent,
+    UserInterruptEvent,
+    UserToolConfirmationEvent,
+    UserToolResultEvent,
+    parse_event,
+)
 
 _STATUS_BY_EVENT = {
     "session.status_running": "running",
@@ -58,3 +85,151 @@ def _add_usage(usage: dict[str, Any], model_usage: dict[str, Any]) -> None:
         cache["ephemeral_5m_input_tokens"] = (
             int(cache.get("ephemeral_5m_input_tokens", 0)) + created
         )
+
+
+# ---- tool calls -----------------------------------------------------------------------------
+
+CallKind = Literal["builtin", "custom", "mcp"]
+CallState = Literal["open", "answered", "abandoned"]
+
+_ANSWER_KEYS = {
+    "agent.tool_result": "tool_use_id",
+    "user.tool_result": "tool_use_id",
+    "user.custom_tool_result": "custom_tool_use_id",
+    "agent.mcp_tool_result": "mcp_tool_use_id",
+    "user.tool_confirmation": "tool_use_id",
+}
+"""Event types that answer (result) or confirm an existing call, and the field naming it."""
+_CALL_EVENT_TYPES = frozenset(
+    {
+        *_ANSWER_KEYS,
+        "agent.tool_use",
+        "agent.custom_tool_use",
+        "agent.mcp_tool_use",
+        "user.interrupt",
+        *_STATUS_BY_EVENT,
+    }
+)
+"""The only events `CallBook.apply` parses; every other type leaves the book alone."""
+
+
+@dataclass(slots=True)
+class Call:
+    """One tool use as validation sees it (a `tool_calls` row)."""
+
+    event_id: str
+    kind: CallKind
+    permission: str
+    """`evaluated_permission` of the use: allow, ask or deny (custom uses: allow)."""
+    confirmation: str | None = None
+    """allow / deny once the first `user.tool_confirmation` for it is logged."""
+    state: CallState = "open"
+    """answered: a result is logged; abandoned: its turn closed without one."""
+
+
+@dataclass(slots=True)
+class CallBook:
+    """The slice of a session's call projection that one append reads and writes.
+
+    A store loads the calls the append's events refer to (`referenced_calls`), applies each
+    event in order, then writes back the `changed` calls, first abandoning every other open
+    call of the session when `closed_turn` is set. The rules are `brain.state.apply`'s.
+    """
+
+    session_id: str
+    status: str
+    interrupt_pending: bool = False
+    """A `user.interrupt` was logged after the last turn close: open calls will be abandoned."""
+    calls: dict[str, Call] = field(default_factory=dict)
+    changed: set[str] = field(default_factory=set)
+    closed_turn: bool = False
+    answered_here: dict[str, int] = field(default_factory=dict)
+    """call id -> index, in this append, of the event that answered or confirmed it."""
+
+    def apply(self, index: int, body: dict[str, Any]) -> None:
+        """Fold the append's `index`-th event in.
+
+        Raises:
+            pydantic.ValidationError: a call-related event is malformed (a bug upstream; the
+                brain could not fold it either).
+        """
+        if body.get("type") not in _CALL_EVENT_TYPES:
+            return
+        event = parse_event(body)
+        if not self._apply_call_event(index, event):
+            self._apply_status_event(event)
+
+    def _apply_call_event(self, index: int, event: LogEvent) -> bool:
+        """Uses, results and confirmations; False for any other event."""
+        match event:
+            case AgentToolUseEvent():
+                self._add(Call(event.id, "builtin", event.evaluated_permission))
+            case AgentMcpToolUseEvent():
+                self._add(Call(event.id, "mcp", event.evaluated_permission))
+            case AgentCustomToolUseEvent():
+                self._add(Call(event.id, "custom", "allow"))
+            case AgentToolResultEvent() | UserToolResultEvent():
+                self._answer(index, event.tool_use_id)
+            case UserCustomToolResultEvent():
+                self._answer(index, event.custom_tool_use_id)
+            case AgentMcpToolResultEvent():
+                self._answer(index, event.mcp_tool_use_id)
+            case UserToolConfirmationEvent():
+                self._confirm(index, event.tool_use_id, event.result)
+            case _:
+                return False
+        return True
+
+    def _apply_status_event(self, event: LogEvent) -> None:
+        match event:
+            case UserInterruptEvent():
+                self.interrupt_pending = True
+            case SessionStatusIdleEvent():
+                self.status = "idle"
+                if event.stop_reason.type != "requires_action":
+                    self._close_turn()
+            case SessionStatusTerminatedEvent():
+                self.status = "terminated"
+                self._close_turn()
+            case SessionStatusRunningEvent():
+                self.status = "running"
+            case SessionStatusRescheduledEvent():
+                self.status = "rescheduling"
+
+    def _add(self, call: Call) -> None:
+        self.calls[call.event_id] = call
+        self.changed.add(call.event_id)
+
+    def _answer(self, index: int, call_id: str) -> None:
+        call = self.calls.get(call_id)
+        if call is not None and call.state == "open":  # later results change nothing (fold)
+            call.state = "answered"
+            self.changed.add(call_id)
+            self.answered_here[call_id] = index
+
+    def _confirm(self, index: int, call_id: str, result: str) -> None:
+        call = self.calls.get(call_id)
+        if call is not None and call.confirmation is None:  # the first verdict counts (fold)
+            call.confirmation = result
+            self.changed.add(call_id)
+            self.answered_here[call_id] = index
+
+    def _close_turn(self) -> None:
+        """A turn close drops a pending interrupt and abandons the calls still open, here and
+        (through `closed_turn`) in the store."""
+        self.interrupt_pending = False
+        self.closed_turn = True
+        for call_id, call in self.calls.items():
+            if call.state == "open":
+                call.state = "abandoned"
+                self.changed.add(call_id)
+
+
+def referenced_calls(events: Sequence[dict[str, Any]]) -> list[str]:
+    """Ids of existing calls that `events` answer or confirm (what a store must load)."""
+    found: dict[str, None] = {}
+    for event in events:
+        key = _ANSWER_KEYS.get(str(event.get("type")))
+        if key is not None and isinstance(event.get(key), str):
+            found[event[key]] = None
+    return list(found)

@@ -4,11 +4,12 @@ suite checks. Rows are plain JSON bodies plus the few columns lists filter on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from corral.session.log import EventLog, SessionSummary
+from corral.session.log import EventLog, SessionSummary, StoredEvent
+from corral.session.projection import CallBook
 from corral.session.queue import WorkQueue
 
 ResourceKind = Literal["agent", "environment", "file", "skill"]
@@ -141,7 +142,47 @@ class ResourceStore(Protocol):
         ...
 
 
-class Store(EventLog, WorkQueue, ResourceStore, Protocol):
+EventCheck = Callable[[CallBook, int, dict[str, Any]], None]
+"""Validates the `index`-th event of a checked append against the call projection with the
+append's earlier events already applied; raises (e.g. BadRequest, Conflict) to refuse the whole
+append. It may run more than once for one append (a backend may redo its transaction), so it
+must be pure."""
+
+
+class CheckedLog(Protocol):
+    """Client appends validated against the tool-call projection, atomically."""
+
+    async def append_checked(
+        self,
+        session_id: str,
+        events: Sequence[dict[str, Any]],
+        check: EventCheck,
+        *,
+        wake: bool = False,
+    ) -> list[StoredEvent]:
+        """Append like `EventLog.append` (without a fence), after `check` accepted every event.
+
+        `check` runs inside the append's transaction, serialised with every other append to
+        the session, against the projection as of all earlier appends plus this append's
+        earlier events: of two concurrent appends answering one call, the later one sees the
+        earlier's answer. Only the calls the events refer to are read, never the log. All or
+        nothing: when `check` raises, nothing is appended and nothing is woken.
+
+        Raises:
+            NotFound: no such session.
+            Exception: whatever `check` raised.
+        """
+        ...
+
+    async def read_calls(
+        self, session_id: str, ids: Sequence[str] | None = None
+    ) -> CallBook | None:
+        """The call projection (status, pending interrupt, calls `ids` or, if None, all of
+        the session's calls); None for an unknown session."""
+        ...
+
+
+class Store(EventLog, CheckedLog, WorkQueue, ResourceStore, Protocol):
     """Everything Corral persists."""
 
     async def open(self) -> None:

@@ -2,7 +2,8 @@
 
 Each check is `async def check_xxx(store)` on a fresh, open store and raises AssertionError
 on a violation. Plain functions, no test framework: any runner (pytest, `corral`) can call them.
-This module covers the event log and the wake queue; `conformance_resources` the rest.
+This module covers the event log and the wake queue; `conformance_calls` the tool-call
+projection and checked appends; `conformance_resources` the rest.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from corral.session.log import (
     StoredEvent,
 )
 from corral.store.base import Store
+from corral.store.conformance_calls import CALL_CHECKS
 from corral.store.conformance_resources import RESOURCE_CHECKS
 from corral.store.conformance_support import (
     LONG_LEASE,
@@ -159,7 +161,11 @@ async def check_projection(store: Store) -> None:
         sid,
         [
             event("span.model_request_end", model_usage={"input_tokens": 1}),
-            event("session.status_idle", processed_at="2025-01-01T00:00:02.000000Z"),
+            event(
+                "session.status_idle",
+                processed_at="2025-01-01T00:00:02.000000Z",
+                stop_reason={"type": "end_turn"},
+            ),
         ],
     )
     row = await store.get_session(sid)
@@ -390,4 +396,4 @@ LOG_AND_QUEUE_CHECKS: list[Check] = [
     check_queue_status,
 ]
 
-ALL_CHECKS: list[Check] = LOG_AND_QUEUE_CHECKS + RESOURCE_CHECKS
+ALL_CHECKS: list[Check] = LOG_AND_QUEUE_CHECKS + CALL_CHECKS + RESOURCE_CHECKS

@@ -20,9 +20,11 @@ from psycopg_pool import AsyncConnectionPool
 from corral.errors import Conflict, NotFound
 from corral.session.hub import Hub, HubSubscription
 from corral.session.log import EventQuery, Fence, NewEvents, Preview, SessionGone, StoredEvent
+from corral.session.projection import CallBook
 from corral.session.queue import QueueStatus
+from corral.store import postgres_calls
 from corral.store import postgres_sql as q
-from corral.store.base import Page, Resource, SessionFilter, SessionRow
+from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
 from corral.store.postgres_db import Listener, migrate, preview_payloads
 
 log = logging.getLogger("corral.store.postgres")
@@ -103,11 +105,37 @@ class PostgresStore:
         check = self._fencing
         async with self.pool.connection() as conn, conn.transaction():
             stored = await q.append_events(conn, session_id, bodies, fence, wake, check=check)
+        return self._appended(session_id, stored, wake)
+
+    async def append_checked(
+        self,
+        session_id: str,
+        events: Sequence[dict[str, Any]],
+        check: EventCheck,
+        *,
+        wake: bool = False,
+    ) -> list[StoredEvent]:
+        """Validate and append under the session row's lock; see `Store.append_checked`."""
+        bodies = [dict(e) for e in events]
+        async with self.pool.connection() as conn, conn.transaction():
+            stored = await q.append_events(conn, session_id, bodies, None, wake, validate=check)
+        return self._appended(session_id, stored, wake)
+
+    def _appended(
+        self, session_id: str, stored: list[StoredEvent], wake: bool
+    ) -> list[StoredEvent]:
         if stored:
             self.hub.publish(session_id, NewEvents(last_seq=stored[-1].seq, events=tuple(stored)))
         if wake:
             self._signal_work()
         return stored
+
+    async def read_calls(
+        self, session_id: str, ids: Sequence[str] | None = None
+    ) -> CallBook | None:
+        """The call projection; see `Store.read_calls`."""
+        async with self.pool.connection() as conn:
+            return await postgres_calls.read_calls(conn, session_id, ids)
 
     async def read(self, session_id: str, query: EventQuery) -> list[StoredEvent]:
         """A positional slice; see `EventLog.read`."""

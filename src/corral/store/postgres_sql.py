@@ -14,8 +14,9 @@ from psycopg.types.json import Json
 
 from corral.errors import Conflict, LeaseLost, NotFound
 from corral.session.log import EventQuery, Fence, SessionSummary, StoredEvent
-from corral.session.projection import project
-from corral.store.base import Page, Resource, SessionFilter, SessionRow
+from corral.session.projection import CallBook, project, referenced_calls
+from corral.store import postgres_calls
+from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
 Conn = AsyncConnection[TupleRow]
@@ -65,17 +66,29 @@ async def append_events(
     wake: bool,
     *,
     check: bool = True,
+    validate: EventCheck | None = None,
 ) -> list[StoredEvent]:
-    """Append under the session row's lock (which serialises appends and numbers them)."""
+    """Append under the session row's lock (which serialises appends and numbers them).
+
+    `validate` runs under that lock too, against the call projection as committed by every
+    earlier append plus this append's earlier events; raising rolls the whole append back.
+    """
     row = await fetchone(
         conn,
-        f"SELECT last_seq, status, usage, stats, {NOW_TEXT} FROM sessions WHERE id = %s FOR UPDATE",
+        f"SELECT last_seq, status, usage, stats, {NOW_TEXT}, interrupt_pending FROM sessions "
+        "WHERE id = %s FOR UPDATE",
         (session_id,),
     )
     if row is None:
         raise NotFound(f"session {session_id} not found")
     if fence is not None and check:
         await check_fence(conn, fence)
+    book = CallBook(session_id=session_id, status=row[1], interrupt_pending=bool(row[5]))
+    await postgres_calls.load_calls(conn, book, referenced_calls(bodies))
+    for index, body in enumerate(bodies):
+        if validate is not None:
+            validate(book, index, body)
+        book.apply(index, body)
     seq, now = int(row[0]), str(row[4])
     summary = SessionSummary(status=row[1], usage=row[2], stats=row[3])
     stored: list[StoredEvent] = []
@@ -86,10 +99,19 @@ async def append_events(
         stored.append(StoredEvent(session_id=session_id, seq=seq, body=body))
     if stored:
         await _insert_events(conn, stored, now, fence)
+    await postgres_calls.save_calls(conn, book)
     await conn.execute(
         "UPDATE sessions SET last_seq = %s, status = %s, usage = %s, stats = %s, "
-        "updated_at = %s WHERE id = %s",
-        (seq, summary.status, Json(summary.usage), Json(summary.stats), now, session_id),
+        "updated_at = %s, interrupt_pending = %s WHERE id = %s",
+        (
+            seq,
+            summary.status,
+            Json(summary.usage),
+            Json(summary.stats),
+            now,
+            book.interrupt_pending,
+            session_id,
+        ),
     )
     if wake:
         await mark_pending(conn, session_id, 0.0)

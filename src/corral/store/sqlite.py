@@ -26,9 +26,10 @@ from corral.session.log import (
     SessionSummary,
     StoredEvent,
 )
-from corral.session.projection import project
+from corral.session.projection import CallBook, project, referenced_calls
 from corral.session.queue import QueueStatus
-from corral.store.base import Page, Resource, SessionFilter, SessionRow
+from corral.store import sqlite_calls
+from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
 from corral.store.sqlite_db import SqliteDatabase
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
@@ -82,11 +83,37 @@ class SqliteStore:
         stored = await self.db.write(
             lambda c: _append(c, session_id, bodies, fence, wake, check=fencing)
         )
+        return self._appended(session_id, stored, wake)
+
+    async def append_checked(
+        self,
+        session_id: str,
+        events: Sequence[dict[str, Any]],
+        check: EventCheck,
+        *,
+        wake: bool = False,
+    ) -> list[StoredEvent]:
+        """Validate and append in the single writer's transaction; see `Store.append_checked`."""
+        bodies = [dict(e) for e in events]
+        stored = await self.db.write(
+            lambda c: _append(c, session_id, bodies, None, wake, validate=check)
+        )
+        return self._appended(session_id, stored, wake)
+
+    def _appended(
+        self, session_id: str, stored: list[StoredEvent], wake: bool
+    ) -> list[StoredEvent]:
         if stored:
             self.hub.publish(session_id, NewEvents(last_seq=stored[-1].seq, events=tuple(stored)))
         if wake:
             self._signal_work()
         return stored
+
+    async def read_calls(
+        self, session_id: str, ids: Sequence[str] | None = None
+    ) -> CallBook | None:
+        """The call projection; see `Store.read_calls`."""
+        return await self.db.read(lambda c: sqlite_calls.read_calls(c, session_id, ids))
 
     async def read(self, session_id: str, query: EventQuery) -> list[StoredEvent]:
         """A positional slice; see `EventLog.read`."""
@@ -358,6 +385,7 @@ class SqliteStore:
         def run(conn: sqlite3.Connection) -> bool:
             cur = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
             conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+            conn.execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM session_work WHERE session_id = ?", (session_id,))
             return cur.rowcount == 1
 
@@ -393,14 +421,24 @@ def _append(
     wake: bool,
     *,
     check: bool = True,
+    validate: EventCheck | None = None,
 ) -> list[StoredEvent]:
+    """Check fence and events, then write; nothing is written before every check passed, so
+    a refused append leaves the writer's transaction untouched (see `sqlite_db`)."""
     row = conn.execute(
-        "SELECT last_seq, status, usage, stats FROM sessions WHERE id = ?", (session_id,)
+        "SELECT last_seq, status, usage, stats, interrupt_pending FROM sessions WHERE id = ?",
+        (session_id,),
     ).fetchone()
     if row is None:
         raise NotFound(f"session {session_id} not found")
     if fence is not None and check:
         _check_fence(conn, fence)
+    book = CallBook(session_id=session_id, status=row[1], interrupt_pending=bool(row[4]))
+    sqlite_calls.load_calls(conn, book, referenced_calls(bodies))
+    for index, body in enumerate(bodies):
+        if validate is not None:
+            validate(book, index, body)
+        book.apply(index, body)
     writer = (fence.owner, fence.token) if fence is not None else (None, None)
     seq = int(row[0])
     summary = SessionSummary(status=row[1], usage=json.loads(row[2]), stats=json.loads(row[3]))
@@ -419,15 +457,17 @@ def _append(
             raise Conflict(f"event id {body['id']} already exists") from exc
         project(summary, body)
         stored.append(StoredEvent(session_id=session_id, seq=seq, body=body))
+    sqlite_calls.save_calls(conn, book)
     conn.execute(
-        "UPDATE sessions SET last_seq = ?, status = ?, usage = ?, stats = ?, updated_at = ? "
-        "WHERE id = ?",
+        "UPDATE sessions SET last_seq = ?, status = ?, usage = ?, stats = ?, updated_at = ?, "
+        "interrupt_pending = ? WHERE id = ?",
         (
             seq,
             summary.status,
             json.dumps(summary.usage),
             json.dumps(summary.stats),
             now,
+            int(book.interrupt_pending),
             session_id,
         ),
     )

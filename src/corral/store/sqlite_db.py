@@ -125,16 +125,23 @@ class SqliteDatabase:
 def _optimistic(conn: sqlite3.Connection, batch: list[Any]) -> list[tuple[bool, Any]] | None:
     """Run every op in one transaction without savepoints (the common case: nothing fails).
 
-    Returns the outcomes with the transaction still open, or None after rolling back if any
-    op raised, so that the caller can redo the batch with per-op isolation.
+    Returns the outcomes with the transaction still open, or None after rolling back if an
+    op raised after writing, so that the caller can redo the batch with per-op isolation. An op
+    that raised before changing any row (e.g. an append refused by validation) left the
+    transaction as it found it: its error is its outcome and the batch goes on.
     """
     conn.execute("BEGIN IMMEDIATE")
     outcomes: list[tuple[bool, Any]] = []
     for op in batch:
+        changes = conn.total_changes
         try:
             outcomes.append((True, op[0](conn)))
-        except Exception:
-            conn.execute("ROLLBACK")
+        except Exception as exc:
+            if conn.in_transaction and conn.total_changes == changes:
+                outcomes.append((False, exc))
+                continue
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             return None
     return outcomes
 
