@@ -1,15 +1,21 @@
-"""Session events: validate what clients send against the log, append, read slices."""
+"""Session events: validate what clients send, append, read slices.
+
+Validation of answers (tool confirmations, custom tool results) runs inside the append's
+transaction against the store's call projection, item by item with the earlier items applied
+(`Store.append_checked`): a POST is all or nothing, costs O(its own events), and of two racing
+answers to one call exactly one is accepted. This module must not read the log to validate.
+"""
 
 from __future__ import annotations
 
 import base64
 from typing import Any, Literal
 
-from corral.brain.state import SessionState, fold
 from corral.errors import BadRequest, Conflict
 from corral.service.common import check_limit, normalize_time
 from corral.service.sessions import SessionService, client_event
 from corral.session.log import EventQuery
+from corral.session.projection import Call, CallBook
 from corral.store.base import Store
 from corral.wire.events import SendEvents
 
@@ -96,20 +102,19 @@ class EventService:
         self.sessions = sessions
 
     async def send(self, session_id: str, req: SendEvents) -> dict[str, Any]:
-        """Validate against the log, then append atomically and wake the brain."""
+        """Validate against the call projection and append, atomically; wake the brain."""
         row = await self.sessions.row(session_id)
         if row.archived_at is not None:
             raise BadRequest(f"session {session_id} is archived", error_code="session_archived")
         if row.summary.status == "terminated":
             raise BadRequest(f"session {session_id} is terminated")
-        events = await self.store.read(session_id, EventQuery())
-        state = fold((e.seq, e.body) for e in events)
         bodies = []
         for index, item in enumerate(req.events):
-            _check(state, index, item.type, item.model_dump(exclude_none=True))
-            bodies.append(client_event(item.model_dump(exclude_none=True)))
+            body = item.model_dump(exclude_none=True)
+            _refuse_unsupported(index, body)
+            bodies.append(client_event(body))
         wake = any(b["type"] in _WAKES for b in bodies)
-        stored = await self.store.append(session_id, bodies, wake=wake)
+        stored = await self.store.append_checked(session_id, bodies, _check, wake=wake)
         return {"data": [s.body for s in stored]}
 
     async def list(
@@ -135,7 +140,10 @@ class EventService:
             limit=size + 1,
             order=order,
             types=types,
-            **{k: normalize_time(v, f"created_at[{k[8:]}]") for k, v in created.items()},
+            created_gt=normalize_time(created.get("created_gt"), "created_at[gt]"),
+            created_gte=normalize_time(created.get("created_gte"), "created_at[gte]"),
+            created_lt=normalize_time(created.get("created_lt"), "created_at[lt]"),
+            created_lte=normalize_time(created.get("created_lte"), "created_at[lte]"),
         )
         rows = await self.store.read(session_id, query)
         shown = rows[:size]
@@ -146,30 +154,43 @@ class EventService:
         }
 
 
-def _check(state: SessionState, index: int, kind: str, body: dict[str, Any]) -> None:
+def _refuse_unsupported(index: int, body: dict[str, Any]) -> None:
+    """Event types this server never accepts; no state needed, so checked before the store."""
     where = f"events[{index}]"
+    if body["type"] == "user.tool_result":
+        raise BadRequest(f"{where}: user.tool_result is only accepted for self_hosted environments")
+    if body["type"] == "user.define_outcome":
+        raise BadRequest(f"{where}: user.define_outcome is not supported by this server yet")
+
+
+def _check(book: CallBook, index: int, body: dict[str, Any]) -> None:
+    """`EventCheck` of `send`: pure, run in the append's transaction (maybe more than once)."""
+    if book.status == "terminated":
+        raise BadRequest(f"session {book.session_id} is terminated")
+    where = f"events[{index}]"
+    kind = body["type"]
     if kind == "user.custom_tool_result":
-        _check_answer(state, where, str(body["custom_tool_use_id"]), "custom", "custom_tool_use_id")
+        _check_answer(book, where, str(body["custom_tool_use_id"]), "custom", "custom_tool_use_id")
     elif kind == "user.tool_confirmation":
-        call = _check_answer(state, where, str(body["tool_use_id"]), None, "tool_use_id")
+        call = _check_answer(book, where, str(body["tool_use_id"]), None, "tool_use_id")
         if call.kind == "custom" or call.permission != "ask":
             raise BadRequest(f"{where}.tool_use_id: that tool use does not await confirmation")
         if call.confirmation is not None:
             raise Conflict(f"{where}.tool_use_id: already confirmed ({call.confirmation})")
-    elif kind == "user.tool_result":
-        raise BadRequest(f"{where}: user.tool_result is only accepted for self_hosted environments")
-    elif kind == "user.define_outcome":
-        raise BadRequest(f"{where}: user.define_outcome is not supported by this server yet")
 
 
-def _check_answer(
-    state: SessionState, where: str, use_id: str, kind: str | None, field: str
-) -> Any:
-    call = state.calls.get(use_id)
+def _check_answer(book: CallBook, where: str, use_id: str, kind: str | None, field: str) -> Call:
+    call = book.calls.get(use_id)
     if call is None or (kind is not None and call.kind != kind):
         raise BadRequest(f"{where}.{field}: no such tool use in this session: {use_id!r}")
-    if call.result_seq is not None:
+    earlier = book.answered_here.get(use_id)
+    if earlier is not None:
+        raise BadRequest(
+            f"{where}.{field}: tool use {use_id} is already answered by events[{earlier}] "
+            "of this request; send one answer per tool use"
+        )
+    if call.state == "answered":
         raise Conflict(f"{where}.{field}: tool use {use_id} was already answered")
-    if call.abandoned:
+    if call.state == "abandoned" or book.interrupt_pending:
         raise BadRequest(f"{where}.{field}: tool use {use_id} was abandoned by an interrupt")
     return call
