@@ -39,6 +39,12 @@ class Settings:
     sandbox_disk_bytes: int = 4 * 1024**3
     """Disk quota of one sandbox's /workspace and outputs together (also the largest file)."""
     max_file_bytes: int = 512 * 1024 * 1024
+    outputs_max_files: int = 1000
+    """Output file objects one session may have (files under /mnt/session/outputs)."""
+    outputs_max_bytes_per_call: int = 512 * 1024 * 1024
+    """Bytes of outputs collected after one tool call; the rest is refused with a note."""
+    outputs_max_bytes_per_session: int = 1024 * 1024 * 1024
+    """Bytes of all of one session's output files together (sparse files count their size)."""
     sse_ping_seconds: float = 15.0
     """Keep-alive interval on idle SSE streams (the SDK's read timeout is 600 s)."""
     bwrap: str = "bwrap"
@@ -102,6 +108,9 @@ def _from_toml(doc: dict[str, Any]) -> dict[str, Any]:
             "sandbox_disk_bytes",
             "bwrap",
             "database_url",
+            "outputs_max_files",
+            "outputs_max_bytes_per_call",
+            "outputs_max_bytes_per_session",
         )
         if k in server
     }
@@ -160,6 +169,9 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         if env.get(f"CORRAL_EGRESS_{key.upper()}"):
             value = kind(env[f"CORRAL_EGRESS_{key.upper()}"])
             out[f"egress_{key}"] = _positive(f"CORRAL_EGRESS_{key.upper()}", value)
+    for key in ("max_files", "max_bytes_per_call", "max_bytes_per_session"):
+        if env.get(f"CORRAL_OUTPUTS_{key.upper()}"):
+            out[f"outputs_{key}"] = int(env[f"CORRAL_OUTPUTS_{key.upper()}"])
     if env.get("CORRAL_API_KEYS"):
         out["api_keys"] = tuple(k.strip() for k in env["CORRAL_API_KEYS"].split(",") if k.strip())
     return out

@@ -19,7 +19,7 @@ from corral.brain.scheduler import Scheduler
 from corral.config import Settings
 from corral.errors import HandsError
 from corral.files.blobs import LocalBlobStore
-from corral.files.outputs import OutputCollector
+from corral.files.outputs import OutputCollector, OutputLimits
 from corral.files.service import FileService
 from corral.hands.base import Limits, Mount, Networking, SandboxRecipe
 from corral.hands.layers import LayerBuilder, PackageSpec, layer_env, layer_mount
@@ -91,10 +91,18 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     dirs = SessionDirs(settings.data_dir / "sessions")
     purge = storage_purger(dirs)
     sessions = SessionService(store, agents, SessionResources(files), purge=purge)
-    outputs = OutputCollector(files)
+    outputs = OutputCollector(
+        files,
+        OutputLimits(
+            max_files=settings.outputs_max_files,
+            max_bytes_per_call=settings.outputs_max_bytes_per_call,
+            max_bytes_per_session=settings.outputs_max_bytes_per_session,
+        ),
+    )
 
-    async def collect_outputs(recipe: SandboxRecipe) -> None:
-        await outputs.collect(recipe.session_id, recipe.outputs)
+    async def collect_outputs(recipe: SandboxRecipe) -> list[str]:
+        """After each call; returns notes on refused outputs for the tool result."""
+        return await outputs.collect(recipe.session_id, recipe.outputs)
 
     hands = LocalHands(settings.data_dir / "sandboxes", settings.bwrap, egress=settings.egress)
     layers = LayerBuilder(hands, settings.data_dir / "layers")

@@ -87,7 +87,11 @@ class SandboxPool:
                 slot.last_used = time.monotonic()
                 output = await slot.sandbox.execute(name, tool_input)
                 if self._after_execute is not None:
-                    await self._after_execute(self._recipes[session_id])
+                    notes = await self._after_execute(self._recipes[session_id])
+                    if isinstance(notes, list) and notes:  # outputs refused: tell the model
+                        text = "\n".join(str(note) for note in notes)
+                        block = {"type": "text", "text": text}
+                        output = ToolOutput(content=[*output.content, block], is_error=True)
                 return output
             except HandsError as exc:
                 await self.discard(session_id)

@@ -1,8 +1,13 @@
-"""File resources: upload, list (by scope), metadata, download, delete."""
+"""File resources: upload, list (by scope), metadata, download, delete.
+
+Names and media types are untrusted text: they are cleaned or validated here, and downloads
+use only a validated media type. This module must not touch sandbox directories.
+"""
 
 from __future__ import annotations
 
 import mimetypes
+import re
 import unicodedata
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -15,6 +20,13 @@ from corral.service.common import check_limit
 from corral.store.base import Page, Resource, Store
 
 _INTERNAL = ("sha256",)
+MAX_MEDIA_TYPE = 255
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_QUOTED = r'"(?:[\t\x20\x21\x23-\x5b\x5d-\x7e]|\\[\t\x20-\x7e])*"'  # printable ASCII only
+_MEDIA_TYPE = re.compile(
+    rf"{_TOKEN}/{_TOKEN}(?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|{_QUOTED}))*", re.ASCII
+)
+OCTET_STREAM = "application/octet-stream"
 
 
 def clean_filename(raw: str | None, mime_type: str | None = None) -> str:
@@ -25,6 +37,37 @@ def clean_filename(raw: str | None, mime_type: str | None = None) -> str:
         extension = mimetypes.guess_extension(mime_type or "") or ""
         name = f"unnamed{extension}"
     return name[:255]
+
+
+def clean_output_path(parts: tuple[str, ...]) -> str:
+    """The display name of a file found at `parts` below a session's outputs directory:
+    `reports/summary.md`; a top-level file keeps exactly the name `clean_filename` gives."""
+    return "/".join(clean_filename(part) for part in parts)
+
+
+def is_media_type(value: str) -> bool:
+    """`type/subtype` with optional `; name=value` parameters (RFC 9110 tokens), no control
+    characters, at most 255 characters."""
+    return len(value) <= MAX_MEDIA_TYPE and _MEDIA_TYPE.fullmatch(value) is not None
+
+
+def check_media_type(value: str | None) -> str | None:
+    """The media type a client sent with an upload, or BadRequest."""
+    if value is None or value == "":
+        return None
+    if not is_media_type(value):
+        raise BadRequest(
+            "file: the part's Content-Type must be a media type such as text/plain "
+            f"(type/subtype tokens, no control characters, at most {MAX_MEDIA_TYPE} characters)"
+        )
+    return value
+
+
+def served_media_type(body: dict[str, Any]) -> str:
+    """The Content-Type a download is served with: the stored one only if it is well formed
+    (objects stored before validation may hold anything)."""
+    stored = body.get("mime_type")
+    return stored if isinstance(stored, str) and is_media_type(stored) else OCTET_STREAM
 
 
 def render_file(body: dict[str, Any]) -> dict[str, Any]:
@@ -52,6 +95,7 @@ class FileService:
         """Store bytes and create the file object."""
         if expires_in_seconds is not None and not 3600 <= expires_in_seconds <= 7_776_000:
             raise BadRequest("expires_in_seconds: must be between 3600 and 7776000")
+        mime_type = check_media_type(mime_type)
         blob = await self.blobs.put(source, max_bytes=self.max_bytes)
         return await self.create(
             blob,
@@ -69,10 +113,12 @@ class FileService:
         mime_type: str | None,
         expires_in_seconds: int | None = None,
         scope_session: str | None = None,
+        path: bool = False,
     ) -> dict[str, Any]:
-        """A file object for an already stored blob."""
-        name = clean_filename(filename, mime_type)
-        kind = mime_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
+        """A file object for an already stored blob; `path` says `filename` is a relative
+        path already cleaned by `clean_output_path` (kept whole)."""
+        name = filename if path and filename else clean_filename(filename, mime_type)
+        kind = mime_type or mimetypes.guess_type(name)[0] or OCTET_STREAM
         now = utc_now()
         expires = (
             rfc3339(now + timedelta(seconds=expires_in_seconds)) if expires_in_seconds else None
@@ -124,6 +170,17 @@ class FileService:
         if not any(f.body.get("sha256") == body["sha256"] for f in await self._all()):
             await self.blobs.delete(body["sha256"])
         return {"id": file_id, "type": "file_deleted"}
+
+    async def delete_session_files(self, session_id: str) -> int:
+        """Delete every file scoped to a deleted session (its outputs); returns how many."""
+        rows = await self._all()
+        doomed = [r for r in rows if (r.body.get("scope") or {}).get("id") == session_id]
+        for row in doomed:
+            await self.store.delete_resource("file", row.id)
+        kept = {r.body.get("sha256") for r in rows if r not in doomed}
+        for sha in {r.body["sha256"] for r in doomed} - kept:
+            await self.blobs.delete(sha)
+        return len(doomed)
 
     async def list_files(
         self, *, limit: int | None, page: str | None, scope_id: str | None, ids: list[str]
