@@ -1,13 +1,13 @@
-"""Skill bundles: create from uploaded files, version, download as zip, materialise for mounts."""
+"""Skill bundles: create from uploaded files, version, download as zip, materialise for mounts.
+
+Archives are built and unpacked by `skills.bundle` (sizes counted uncompressed); this module
+keeps the records and must not read an upload whole into memory.
+"""
 
 from __future__ import annotations
 
-import io
-import re
-import shutil
-import zipfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -16,19 +16,12 @@ from corral.errors import BadRequest, Conflict, NotFound
 from corral.files.blobs import BlobStore
 from corral.ids import new_id, now_rfc3339
 from corral.service.common import check_limit, page_envelope
+from corral.skills.bundle import MAX_SKILL_BYTES, Bundle, UploadedFile, build, unpack
 from corral.store.base import Page, Resource, Store
 
-MAX_SKILL_BYTES = 30 * 1024 * 1024
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
-_FRONT = re.compile(r"^---\s*\n(.*?)\n---\s*(\n|$)", re.S)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UploadedFile:
-    """One `files[]` part: a path relative to the skill root's parent, and its bytes."""
-
-    path: str
-    data: bytes
+__all__ = ["MAX_SKILL_BYTES", "SkillMount", "SkillService", "UploadedFile"]
+# Our archive of at most MAX_SKILL_BYTES: deflate may add a little per file, never this much.
+_MAX_ARCHIVE_BYTES = 2 * MAX_SKILL_BYTES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,49 +31,6 @@ class SkillMount:
     name: str
     description: str
     host_dir: Path
-
-
-def parse_front_matter(text: str) -> dict[str, str]:
-    """`key: value` pairs of a SKILL.md front matter block (flat YAML subset)."""
-    match = _FRONT.match(text)
-    if not match:
-        return {}
-    out = {}
-    for line in match.group(1).splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() and not line.startswith((" ", "\t")):
-            out[key.strip()] = value.strip().strip("\"'")
-    return out
-
-
-def _bundle(files: list[UploadedFile]) -> tuple[str, str, bytes]:
-    """Validate the upload; returns (slug, description, zip bytes)."""
-    if not files:
-        raise BadRequest("files: at least one file is required")
-    roots, entries = set(), []
-    for item in files:
-        path = PurePosixPath(item.path.replace("\\", "/"))
-        if path.is_absolute() or ".." in path.parts or len(path.parts) < 2:
-            raise BadRequest(f"files: {item.path!r} must be a relative path inside one folder")
-        roots.add(path.parts[0])
-        entries.append((path, item.data))
-    if len(roots) != 1:
-        raise BadRequest("files: all files must be under one top-level folder")
-    root = roots.pop()
-    skill_md = next((d for p, d in entries if p.parts[1:] == ("SKILL.md",)), None)
-    if skill_md is None:
-        raise BadRequest(f"files: {root}/SKILL.md is required")
-    meta = parse_front_matter(skill_md.decode("utf-8", "replace"))
-    slug = meta.get("name") or root
-    if not _SLUG.match(slug):
-        raise BadRequest(f"files: skill name {slug!r} must be kebab-case (a-z, 0-9, -)")
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path, data in entries:
-            archive.writestr(str(PurePosixPath(slug, *path.parts[1:])), data)
-    if buffer.tell() > MAX_SKILL_BYTES:
-        raise BadRequest(f"files: a skill may be at most {MAX_SKILL_BYTES} bytes")
-    return slug, meta.get("description", ""), buffer.getvalue()
 
 
 class SkillService:
@@ -93,12 +43,12 @@ class SkillService:
 
     async def create(self, files: list[UploadedFile], display_name: str | None) -> dict[str, Any]:
         """A new skill with its first version."""
-        slug, description, archive = _bundle(files)
+        bundle = await anyio.to_thread.run_sync(build, files)
         now = now_rfc3339()
         skill: dict[str, Any] = {
             "id": new_id("skill"),
             "type": "skill",
-            "display_name": display_name or slug,
+            "display_name": display_name or bundle.slug,
             "source": {"type": "custom"},
             "latest_version_id": None,
             "created_at": now,
@@ -107,32 +57,32 @@ class SkillService:
         await self.store.insert_resource(
             Resource(kind="skill", id=skill["id"], body=skill, created_at=now)
         )
-        version = await self._add_version(skill, slug, description, archive)
+        version = await self._add_version(skill, bundle)
         return {**skill, "latest_version_id": version["id"]}
 
     async def add_version(self, skill_id: str, files: list[UploadedFile]) -> dict[str, Any]:
         """A new version; its slug must match the skill's."""
         skill = await self._skill(skill_id)
-        slug, description, archive = _bundle(files)
+        bundle = await anyio.to_thread.run_sync(build, files)
         latest = await self.version(skill_id, "latest")
-        if latest["name"] != slug:
+        if latest["name"] != bundle.slug:
+            bundle.archive.close()
             raise Conflict(
-                f"files: this skill is named {latest['name']!r}, not {slug!r}",
+                f"files: this skill is named {latest['name']!r}, not {bundle.slug!r}",
                 error_code="skill_name_taken",
             )
-        return await self._add_version(skill, slug, description, archive)
+        return await self._add_version(skill, bundle)
 
-    async def _add_version(
-        self, skill: dict[str, Any], slug: str, description: str, archive: bytes
-    ) -> dict[str, Any]:
-        blob = await self.blobs.put(io.BytesIO(archive), max_bytes=MAX_SKILL_BYTES)
+    async def _add_version(self, skill: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
+        with bundle.archive:
+            blob = await self.blobs.put(bundle.archive, max_bytes=_MAX_ARCHIVE_BYTES)
         now = now_rfc3339()
         version = {
             "id": new_id("skillver"),
             "type": "skill_version",
             "skill_id": skill["id"],
-            "name": slug,
-            "description": description,
+            "name": bundle.slug,
+            "description": bundle.description,
             "created_at": now,
             "sha256": blob.sha256,
         }
@@ -232,7 +182,7 @@ class SkillService:
         body = row.body
         target = self.unpack_root / version_id
         if not (target / body["name"]).is_dir():
-            await anyio.to_thread.run_sync(self._unpack, body["sha256"], target)
+            await anyio.to_thread.run_sync(unpack, self.blobs.path(body["sha256"]), target)
         return SkillMount(
             name=body["name"], description=body["description"], host_dir=target / body["name"]
         )
@@ -241,13 +191,6 @@ class SkillService:
         """(name, description) for the system prompt."""
         mount = await self.materialize(skill_id, version_id)
         return mount.name, mount.description
-
-    def _unpack(self, sha256: str, target: Path) -> None:
-        staging = target.with_name(target.name + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        with zipfile.ZipFile(self.blobs.path(sha256)) as archive:
-            archive.extractall(staging)  # our own archive: names were validated at upload
-        staging.replace(target)
 
     async def _skill(self, skill_id: str) -> dict[str, Any]:
         row = await self.store.get_resource("skill", skill_id)
