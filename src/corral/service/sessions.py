@@ -178,6 +178,7 @@ class SessionService:
         """Delete the session and its log, then its files unless a sandbox still uses them."""
         if not await self.store.delete_session(session_id):
             raise NotFound(f"session {session_id} not found")
+        await self.resources.files.delete_session_files(session_id)
         if self._purge is not None:
             await self._purge(session_id)
         return {"id": session_id, "type": "session_deleted"}
