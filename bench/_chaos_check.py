@@ -16,6 +16,8 @@ import psycopg
 from _chaos_client import Record
 from _chaos_model import BASH_MARK
 
+from corral.wire.events import INTERNAL_EVENT_TYPES
+
 INTERRUPTED = "outcome is unknown"
 APPEND_REJECTED = re.compile(r"lease on \S+ lost; another brain continues")
 HEARTBEAT_LOST = re.compile(r"lease on \S+ was lost; stopping this brain")
@@ -116,9 +118,10 @@ def check_all(
         check_finish(tally, record, rows)
         check_tools(tally, sid, rows, read_executed(data_dir, sid))
         check_epochs(tally, sid, rows)
-        check_stream(tally, record, rows)
+        visible = [r for r in rows if r.type not in INTERNAL_EVENT_TYPES]
+        check_stream(tally, record, visible)
         listed = api_lists.get(sid)
-        if listed is not None and listed != [r.id for r in rows]:
+        if listed is not None and listed != [r.id for r in visible]:
             tally.violate("api_list_mismatch", f"{sid}: events.list {len(listed)} vs {len(rows)}")
     for eid, count in all_ids.items():
         if count > 1:

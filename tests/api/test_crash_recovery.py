@@ -13,16 +13,17 @@ from tests.fakes.messages_server import FakeModelServer, Text, ToolUse, Turn
 from tests.server import ServerProcess, backend_env
 
 BASH = {"type": "agent_toolset_20260401"}
+LEASE_SECONDS = 2.0
+"""A short lease so that, on PostgreSQL (where a restarted process must wait out the dead
+one's lease), recovery takes seconds, and waiting out a lease costs seconds too."""
 
 
 @pytest.fixture
 def crashy(tmp_path: Path, fake_model: FakeModelServer, backend: str) -> Iterator[ServerProcess]:
-    # A short lease so that, on PostgreSQL (where a restarted process must wait out the dead
-    # one's lease), recovery takes seconds.
     with backend_env(backend) as env:
-        proc = ServerProcess(
-            tmp_path / "data", model_url=fake_model.url, env={**env, "CORRAL_LEASE_SECONDS": "2"}
-        ).start()
+        lease = {"CORRAL_LEASE_SECONDS": str(LEASE_SECONDS)}
+        proc = ServerProcess(tmp_path / "data", model_url=fake_model.url, env={**env, **lease})
+        proc.start()
         yield proc
         proc.stop()
 
@@ -135,10 +136,10 @@ def test_client_that_vanishes_is_waited_for(
     session_id, _ = make_session(client, tools=[LOOKUP])
     say(client, session_id, "how many pages?")
     idle = wait_idle(client, session_id, stop="requires_action")
-    time.sleep(60)
+    time.sleep(3 * LEASE_SECONDS)  # several leases: heartbeats and expiry have happened
     crashy.restart()
     client = crashy.client()
-    time.sleep(60)
+    time.sleep(3 * LEASE_SECONDS)
     session = client.beta.sessions.retrieve(session_id)
     assert session.status == "idle"
     last = events(client, session_id)[-1]

@@ -76,6 +76,7 @@ def create_app(runtime: Runtime) -> Starlette:
                 "brains": {
                     "owner": runtime.scheduler.owner,
                     "slots": runtime.scheduler.concurrency,
+                    "work": runtime.scheduler.deps.stats.snapshot(),
                 },
                 "sandboxes": {
                     "live": runtime.sandboxes.live,

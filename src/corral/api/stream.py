@@ -21,6 +21,7 @@ from corral.errors import ApiError, NotFound
 from corral.ids import new_id, now_rfc3339
 from corral.session.log import EventQuery, NewEvents, Preview, SessionGone, StoredEvent
 from corral.store.base import Store
+from corral.wire.events import INTERNAL_EVENT_TYPES
 
 PING_SECONDS = 15.0
 _PATH = re.compile(r"^/v1/sessions/(?P<sid>[^/]+)/events/stream/?$")
@@ -131,13 +132,15 @@ class StreamRouter:
                 elif isinstance(signal, NewEvents) and signal.last_seq > position:
                     events = signal.events
                     if not events or events[0].seq != position + 1:
-                        events = tuple(
-                            await self.store.read(session_id, EventQuery(after_seq=position))
-                        )
+                        query = EventQuery(after_seq=position, internal=True)
+                        events = tuple(await self.store.read(session_id, query))
                     for event in events:
                         if event.seq > position:
                             position = event.seq
-                            await _write(send, self.frames.get(event))
+                            # Brain bookkeeping is not part of the hosted API: skip it, but
+                            # move past it so it is never read again.
+                            if event.type not in INTERNAL_EVENT_TYPES:
+                                await _write(send, self.frames.get(event))
 
 
 async def _write(send: Send, body: bytes) -> None:

@@ -1,4 +1,5 @@
-"""One function per action kind; each appends before and after its side effect."""
+"""One function per action kind. Each performs at most one side effect (one tool call or one
+model call), logging before and after it, then returns to `decide`."""
 
 from __future__ import annotations
 
@@ -12,42 +13,49 @@ from corral.brain.decide import (
     Action,
     CallModel,
     FinishTurn,
+    Halt,
     HandleInterrupt,
+    RefuseTool,
     RepairDangling,
     RequestAction,
-    RunTools,
+    RunTool,
 )
 from corral.brain.run import Run
-from corral.brain.state import SessionState, ToolCall
+from corral.brain.state import ToolCall
 from corral.brain.stream import stream_response
 from corral.errors import NotFound
-from corral.models.base import (
-    ModelClient,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    ModelUsage,
-)
+from corral.models.base import ModelError, ModelRequest, ModelResponse, ModelUsage
 from corral.tools.resolve import custom_tools, enabled_builtins
 
 INTERRUPTED_OUTCOME_UNKNOWN = (
     "The tool call was interrupted (the agent runtime restarted while it ran); its outcome "
     "is unknown and it was not run again. Check its effects before retrying."
 )
+INTERRUPTED_BY_USER = "Interrupted by the user before the tool finished."
 
 
-async def act(run: Run, action: Action, state: SessionState) -> None:
-    """Carry out `action` (never `Halt`)."""
-    if isinstance(action, CallModel):
-        await call_model(run, state)
-    elif isinstance(action, RunTools):
-        await run_tools(run, action.calls, state)
-    elif isinstance(action, RepairDangling):
-        await repair_dangling(run, action.calls)
-    elif isinstance(action, RequestAction):
-        await run.append(ev.status_idle("requires_action", action.event_ids))
-    elif isinstance(action, (FinishTurn, HandleInterrupt)):
-        await run.append(ev.status_idle("end_turn"))
+async def act(run: Run, action: Action) -> None:
+    """Carry out `action` on a run whose state is the one `decide` saw."""
+    match action:
+        case CallModel():
+            await call_model(run, action)
+        case RunTool():
+            await run_tool(run, action.call)
+        case RefuseTool():
+            await refuse_tool(run, action.call)
+        case RepairDangling():
+            await repair_dangling(run, action.calls)
+        case RequestAction():
+            await run.append(ev.status_idle("requires_action", action.event_ids))
+        case HandleInterrupt() | FinishTurn():
+            await run.append(ev.status_idle("end_turn"))
+        case Halt():
+            pass
+
+
+def _going_running(run: Run) -> list[dict[str, Any]]:
+    """`session.status_running` unless already running (read before this action appends)."""
+    return [] if run.state.status == "running" else [ev.event("session.status_running")]
 
 
 async def repair_dangling(run: Run, calls: tuple[ToolCall, ...]) -> None:
@@ -60,53 +68,45 @@ async def repair_dangling(run: Run, calls: tuple[ToolCall, ...]) -> None:
     )
 
 
-async def run_tools(run: Run, calls: tuple[ToolCall, ...], state: SessionState) -> None:
-    """Execute confirmed calls; denied ones get the denial as an error result."""
-    if state.status != "running":
-        await run.append(ev.event("session.status_running"))
-    for call in calls:
-        if call.confirmation == "deny":
-            reason = call.deny_message or "The user denied this tool call."
-            await run.append(
-                ev.tool_result(
-                    call.event_id,
-                    ev.text_content(f"Permission denied by the user: {reason}"),
-                    is_error=True,
-                )
-            )
-        else:
-            await execute_builtin(run, call.event_id, call.name, call.input)
+async def refuse_tool(run: Run, call: ToolCall) -> None:
+    """A call the client denied gets the denial as its (error) result; nothing runs."""
+    reason = call.deny_message or "The user denied this tool call."
+    await run.append(
+        *_going_running(run),
+        ev.tool_result(
+            call.event_id,
+            ev.text_content(f"Permission denied by the user: {reason}"),
+            is_error=True,
+        ),
+    )
 
 
-async def execute_builtin(run: Run, call_id: str, name: str, tool_input: dict[str, Any]) -> None:
-    """Run one built-in tool in the session's sandbox and append its result."""
+async def run_tool(run: Run, call: ToolCall) -> None:
+    """Log the call's start, run it in the session's sandbox, log its result.
+
+    The start marker is durable before the tool runs, so a brain that dies meanwhile leaves a
+    started call without result, which the next brain reports instead of running it again.
+    """
+    since, running = run.state.last_seq, _going_running(run)
     sandboxes = run.deps.sandboxes
     if sandboxes is None:
-        await run.append(
-            ev.tool_result(
-                call_id,
-                ev.text_content("No sandbox provider is configured on this server."),
-                is_error=True,
-            )
-        )
+        text = ev.text_content("No sandbox provider is configured on this server.")
+        await run.append(*running, ev.tool_result(call.event_id, text, is_error=True))
         return
-    if name == "web_fetch":
+    tool_input = call.input
+    if call.name == "web_fetch":
         tool_input = web_fetch_input(run.agent, tool_input)
+    await run.append(*running, ev.tool_started(call.event_id))
 
     async def work() -> Any:
-        return await sandboxes.execute(run.fence.session_id, name, tool_input)
+        return await sandboxes.execute(run.fence.session_id, call.name, tool_input)
 
-    output, interrupted = await run.interruptible(work)
-    if interrupted or output is None:
-        await run.append(
-            ev.tool_result(
-                call_id,
-                ev.text_content("Interrupted by the user before the tool finished."),
-                is_error=True,
-            )
-        )
+    output, _ = await run.until_interrupt(work, after=since)
+    if output is None:
+        text = ev.text_content(INTERRUPTED_BY_USER)
+        await run.append(ev.tool_result(call.event_id, text, is_error=True))
         return
-    await run.append(ev.tool_result(call_id, output.content, is_error=output.is_error))
+    await run.append(ev.tool_result(call.event_id, output.content, is_error=output.is_error))
 
 
 def web_fetch_input(agent: dict[str, Any], tool_input: dict[str, Any]) -> dict[str, Any]:
@@ -127,65 +127,68 @@ def web_fetch_input(agent: dict[str, Any], tool_input: dict[str, Any]) -> dict[s
     return out
 
 
-async def call_model(run: Run, state: SessionState) -> None:
-    """One model request with retries; append the completed response, then run its tools."""
-    agent = run.agent
+async def call_model(run: Run, action: CallModel) -> None:
+    """One model request (after a backoff when it is a retry); log the complete response, or
+    the failure and whether it will be retried. Tools it asks for run in later steps."""
+    since, agent = run.state.last_seq, run.agent
     if (blocked := _unsupported_at_runtime(agent)) is not None:
         await run.append(blocked, ev.status_idle("retries_exhausted"))
         return
-    model_name = str(agent["model"]["id"])
+    settings = run.deps.settings
+    if action.attempt > 0:
+        delay = settings.retry_base_seconds * 2 ** (action.attempt - 1)
+        _, interrupted = await run.until_interrupt(
+            lambda: anyio.sleep(min(delay, settings.retry_max_seconds)), after=since
+        )
+        if interrupted:
+            return
     if settings_eager(run):
         assert run.deps.sandboxes is not None
         await run.deps.sandboxes.ensure(run.fence.session_id)
-    first = [] if state.status == "running" else [ev.event("session.status_running")]
+    model_name = str(agent["model"]["id"])
     start = ev.event("span.model_request_start")
-    await run.append(*first, start)
+    await run.append(*_going_running(run), start)
+    messages = run.messages()  # exactly the log up to `start`: what this call answers
     skills = await _skill_lines(run, agent)
-    start_seq = next(e.seq for e in reversed(run.events) if e.id == start["id"])
-    seen = [e.body for e in run.events if e.seq <= start_seq]
-    request = build_request(agent, seen, model_name=model_name, skills=skills)
-    settings = run.deps.settings
-    for attempt in range(settings.max_model_retries + 1):
-        error: ModelError | None
-        try:
-            client = run.deps.models.client_for(model_name)
-        except ValueError as exc:
-            error = ModelError("invalid_request", str(exc), retryable=False)
-        else:
-            response, interrupted, error = await _attempt(run, client, request)
-            if interrupted:
-                await run.append(ev.span_end(start["id"], _zero(), is_error=True))
-                return
-            if response is not None:
-                await _record_response(run, start["id"], response)
-                return
-        assert error is not None
-        if not error.retryable or attempt == settings.max_model_retries:
-            await run.append(
-                ev.span_end(start["id"], _zero(), is_error=True),
-                ev.model_error(error, "exhausted"),
-                ev.status_idle("retries_exhausted"),
-            )
-            return
-        await run.append(ev.event("session.status_rescheduled"), ev.model_error(error, "retrying"))
-        delay = min(settings.retry_base_seconds * 2**attempt, settings.retry_max_seconds)
-        await anyio.sleep(delay)
-        await run.append(ev.event("session.status_running"))
+    request = build_request(agent, messages, model_name=model_name, skills=skills)
+    response, error = await _attempt(run, model_name, request, since)
+    if response is not None:
+        await _record_response(run, start["id"], response)
+    elif error is None:  # interrupted: decide closes the turn
+        await run.append(ev.span_end(start["id"], _zero(), is_error=True))
+    elif not error.retryable or action.attempt >= settings.max_model_retries:
+        await run.append(
+            ev.span_end(start["id"], _zero(), is_error=True),
+            ev.model_error(error, "exhausted"),
+            ev.status_idle("retries_exhausted"),
+        )
+    else:
+        await run.append(
+            ev.span_end(start["id"], _zero(), is_error=True),
+            ev.event("session.status_rescheduled"),
+            ev.model_error(error, "retrying"),
+        )
 
 
 async def _attempt(
-    run: Run, client: ModelClient, request: ModelRequest
-) -> tuple[ModelResponse | None, bool, ModelError | None]:
+    run: Run, model_name: str, request: ModelRequest, since: int
+) -> tuple[ModelResponse | None, ModelError | None]:
+    """(response, None), (None, error), or (None, None) when an interrupt cancelled it."""
+    try:
+        client = run.deps.models.client_for(model_name)
+    except ValueError as exc:
+        return None, ModelError("invalid_request", str(exc), retryable=False)
+
     async def work() -> ModelResponse | ModelError:
         try:
             return await stream_response(run, client, request)
         except ModelError as exc:
             return exc
 
-    outcome, interrupted = await run.interruptible(work)
+    outcome, _ = await run.until_interrupt(work, after=since)
     if isinstance(outcome, ModelError):
-        return None, interrupted, outcome
-    return outcome, interrupted, None
+        return None, outcome
+    return outcome, None
 
 
 async def _record_response(run: Run, start_id: str, response: ModelResponse) -> None:
@@ -193,7 +196,6 @@ async def _record_response(run: Run, start_id: str, response: ModelResponse) -> 
     builtins = enabled_builtins(agent.get("tools") or [])
     customs = custom_tools(agent.get("tools") or [])
     out: list[dict[str, Any]] = []
-    to_run: list[dict[str, Any]] = []
     refusals: list[dict[str, Any]] = []
     for block in response.content:
         kind = block.get("type")
@@ -208,26 +210,22 @@ async def _record_response(run: Run, start_id: str, response: ModelResponse) -> 
         elif kind in ("thinking", "redacted_thinking"):
             out.append(ev.event("agent.thinking", id=block.get("_event_id")))
         elif kind == "tool_use":
-            use, runnable, refusal = _tool_use_event(block, builtins, customs)
+            use, refusal = _tool_use_event(block, builtins, customs)
             out.append(use)
-            if runnable:
-                to_run.append(use)
             if refusal is not None:
                 refusals.append(refusal)
     out.append(ev.span_end(start_id, response.usage))
     if response.stop_reason == "refusal":
         out.append(ev.status_idle("refusal"))
     await run.append(*out, *refusals)
-    for use in to_run:
-        await execute_builtin(run, use["id"], use["name"], use["input"])
 
 
 def _tool_use_event(
     block: dict[str, Any], builtins: dict[str, dict[str, Any]], customs: dict[str, Any]
-) -> tuple[dict[str, Any], bool, dict[str, Any] | None]:
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     name, tool_input = str(block.get("name")), dict(block.get("input") or {})
     if name in customs:
-        return ev.event("agent.custom_tool_use", name=name, input=tool_input), False, None
+        return ev.event("agent.custom_tool_use", name=name, input=tool_input), None
     config = builtins.get(name)
     if config is None:
         use = ev.event("agent.tool_use", name=name, input=tool_input, evaluated_permission="deny")
@@ -236,7 +234,7 @@ def _tool_use_event(
             ev.text_content(f"Tool '{name}' is not enabled for this agent."),
             is_error=True,
         )
-        return use, False, refusal
+        return use, refusal
     policy = str((config.get("permission_policy") or {}).get("type", "always_allow"))
     permission = "ask" if policy == "always_ask" else "allow"
     use = ev.event(
@@ -246,7 +244,7 @@ def _tool_use_event(
         evaluated_permission=permission,
         evaluation={"type": policy},
     )
-    return use, permission == "allow", None
+    return use, None
 
 
 def _unsupported_at_runtime(agent: dict[str, Any]) -> dict[str, Any] | None:

@@ -1,17 +1,33 @@
 """Build the model's request from the log and the pinned agent; a brain-side transform.
 
 The log keeps every original event; what the model sees (merged turns, synthetic results for
-abandoned calls) is derived here and never written back.
+abandoned calls) is derived here and never written back. `Transcript` is extended one event
+at a time, so a step costs what the new events add, not the whole conversation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from corral.models.base import ModelRequest
 from corral.tools.builtin import BUILTIN_TOOLS
 from corral.tools.resolve import custom_tools, enabled_builtins
+from corral.wire.events import (
+    AgentCustomToolUseEvent,
+    AgentMcpToolResultEvent,
+    AgentMcpToolUseEvent,
+    AgentMessageEvent,
+    AgentToolResultEvent,
+    AgentToolUseEvent,
+    LogEvent,
+    SessionStatusIdleEvent,
+    SystemMessageEvent,
+    UserCustomToolResultEvent,
+    UserMessageEvent,
+    UserToolResultEvent,
+    parse_event,
+)
 
 _ABANDONED = "The tool call was abandoned (interrupted before it completed)."
 
@@ -52,68 +68,134 @@ def system_prompt(agent: dict[str, Any], skills: Sequence[tuple[str, str]]) -> s
 
 def build_request(
     agent: dict[str, Any],
-    events: Sequence[dict[str, Any]],
+    messages: list[dict[str, Any]],
     *,
     model_name: str,
     skills: Sequence[tuple[str, str]] = (),
 ) -> ModelRequest:
-    """The next model call for a session whose log is `events`."""
+    """The next model call for a session whose conversation so far is `messages`."""
     return ModelRequest(
         model=model_name,
         system=system_prompt(agent, skills),
-        messages=build_messages(events),
+        messages=messages,
         tools=tool_definitions(agent),
     )
 
 
-def build_messages(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Alternating user/assistant turns from the log."""
-    turns: list[dict[str, Any]] = []
-    open_uses: dict[str, bool] = {}
-    for body in events:
-        for role, block in _blocks(body, open_uses):
-            _add(turns, role, block)
-    _close_abandoned(turns, open_uses)
-    return [_order_results_first(t) for t in turns]
+def build_messages(events: Iterable[Mapping[str, Any] | LogEvent]) -> list[dict[str, Any]]:
+    """Alternating user/assistant turns for a whole log (the reduction `Transcript` extends)."""
+    transcript = Transcript()
+    for event in events:
+        transcript.apply(parse_event(event) if isinstance(event, Mapping) else event)
+    return transcript.messages()
 
 
-def _blocks(body: dict[str, Any], open_uses: dict[str, bool]) -> list[tuple[str, dict[str, Any]]]:
-    kind = body.get("type")
-    if kind == "user.message":
-        return [("user", b) for b in body.get("content", []) if b.get("type") != "redacted"]
-    if kind == "system.message":
-        text = "\n".join(b.get("text", "") for b in body.get("content", []))
-        return [("user", {"type": "text", "text": f"<system-message>{text}</system-message>"})]
-    if kind == "agent.message":
-        return [("assistant", b) for b in body.get("content", []) if b.get("type") == "text"]
-    if kind in ("agent.tool_use", "agent.custom_tool_use", "agent.mcp_tool_use"):
-        open_uses[str(body["id"])] = True
-        block = {
-            "type": "tool_use",
-            "id": body["id"],
-            "name": body["name"],
-            "input": body.get("input") or {},
-        }
-        return [("assistant", block)]
-    use_id = (
-        body.get("tool_use_id") or body.get("custom_tool_use_id") or body.get("mcp_tool_use_id")
-    )
-    if kind in (
-        "agent.tool_result",
-        "user.tool_result",
-        "user.custom_tool_result",
-        "agent.mcp_tool_result",
-    ) and open_uses.pop(str(use_id), False):
-        return [("user", _result_block(str(use_id), body))]
-    if kind == "session.status_idle" and (body.get("stop_reason") or {}).get("type") != (
-        "requires_action"
-    ):
-        return [("user", _result_block(u, None)) for u in list(open_uses) if open_uses.pop(u)]
-    return []
+_ToolResult = (
+    AgentToolResultEvent | UserToolResultEvent | UserCustomToolResultEvent | AgentMcpToolResultEvent
+)
 
 
-def _result_block(use_id: str, body: dict[str, Any] | None) -> dict[str, Any]:
-    if body is None:
+class Transcript:
+    """The conversation as the model sees it, extended event by event.
+
+    Invariants kept on every append (so nothing is rebuilt): turns alternate roles; in a user
+    turn, tool results come before other blocks, each group in log order; only the last turn
+    is ever changed.
+    """
+
+    def __init__(self) -> None:
+        self.turns: list[dict[str, Any]] = []
+        self._open: dict[str, None] = {}
+        self._results_in_last = 0
+        self.blocks_built = 0
+        """Blocks made so far (a work counter: per step it grows with new events only)."""
+
+    def apply(self, event: LogEvent) -> None:
+        """Add what `event` shows the model (most events show nothing)."""
+        match event:
+            case UserMessageEvent():
+                for block in event.content:
+                    if block.get("type") != "redacted":
+                        self._add("user", block)
+            case SystemMessageEvent():
+                text = "\n".join(str(b.get("text", "")) for b in event.content)
+                self._add(
+                    "user", {"type": "text", "text": f"<system-message>{text}</system-message>"}
+                )
+            case AgentMessageEvent():
+                for block in event.content:
+                    if block.get("type") == "text":
+                        self._add("assistant", block)
+            case AgentToolUseEvent() | AgentCustomToolUseEvent() | AgentMcpToolUseEvent():
+                self._open[event.id] = None
+                block = {
+                    "type": "tool_use",
+                    "id": event.id,
+                    "name": event.name,
+                    "input": event.input,
+                }
+                self._add("assistant", block)
+            case (
+                AgentToolResultEvent()
+                | UserToolResultEvent()
+                | UserCustomToolResultEvent()
+                | AgentMcpToolResultEvent()
+            ):
+                self._add_result(event)
+            case SessionStatusIdleEvent() if event.stop_reason.type != "requires_action":
+                for use_id in list(self._open):
+                    self._add("user", _result_block(use_id, None))
+                self._open.clear()
+            case _:
+                pass
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The request's `messages`: every turn, plus placeholder results for calls still
+        open (a request must answer every tool use). Earlier turns are shared, not copied;
+        the last one is copied because later events extend it in place."""
+        placeholders = [_result_block(use_id, None) for use_id in self._open]
+        self.blocks_built += len(placeholders)
+        if not self.turns:
+            return [{"role": "user", "content": placeholders}] if placeholders else []
+        last = self.turns[-1]
+        if last["role"] == "assistant":
+            tail = [{"role": "assistant", "content": list(last["content"])}]
+            if placeholders:
+                tail.append({"role": "user", "content": placeholders})
+        else:
+            content = last["content"]
+            n = self._results_in_last
+            tail = [{"role": "user", "content": [*content[:n], *placeholders, *content[n:]]}]
+        return [*self.turns[:-1], *tail]
+
+    def _add_result(self, event: _ToolResult) -> None:
+        if isinstance(event, UserCustomToolResultEvent):
+            use_id = event.custom_tool_use_id
+        elif isinstance(event, AgentMcpToolResultEvent):
+            use_id = event.mcp_tool_use_id
+        else:
+            use_id = event.tool_use_id
+        if use_id in self._open:
+            del self._open[use_id]
+            self._add("user", _result_block(use_id, event))
+
+    def _add(self, role: str, block: dict[str, Any]) -> None:
+        self.blocks_built += 1
+        is_result = block.get("type") == "tool_result"
+        if self.turns and self.turns[-1]["role"] == role:
+            content = self.turns[-1]["content"]
+            if is_result:
+                content.insert(self._results_in_last, block)
+                self._results_in_last += 1
+            else:
+                content.append(block)
+            return
+        self.turns.append({"role": role, "content": [block]})
+        self._results_in_last = 1 if is_result else 0
+
+
+def _result_block(use_id: str, event: _ToolResult | None) -> dict[str, Any]:
+    if event is None:
         return {
             "type": "tool_result",
             "tool_use_id": use_id,
@@ -122,31 +204,10 @@ def _result_block(use_id: str, body: dict[str, Any] | None) -> dict[str, Any]:
         }
     content = [
         b
-        for b in body.get("content") or []
+        for b in event.content or []
         if b.get("type") in ("text", "image", "document", "search_result")
     ]
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": use_id, "content": content}
-    if body.get("is_error"):
+    if event.is_error:
         block["is_error"] = True
     return block
-
-
-def _add(turns: list[dict[str, Any]], role: str, block: dict[str, Any]) -> None:
-    if turns and turns[-1]["role"] == role:
-        turns[-1]["content"].append(block)
-    else:
-        turns.append({"role": role, "content": [block]})
-
-
-def _close_abandoned(turns: list[dict[str, Any]], open_uses: dict[str, bool]) -> None:
-    """Tool uses still open at the end get placeholder results so the request is valid."""
-    for use_id in list(open_uses):
-        _add(turns, "user", _result_block(use_id, None))
-
-
-def _order_results_first(turn: dict[str, Any]) -> dict[str, Any]:
-    if turn["role"] != "user":
-        return turn
-    results = [b for b in turn["content"] if b.get("type") == "tool_result"]
-    others = [b for b in turn["content"] if b.get("type") != "tool_result"]
-    return {"role": "user", "content": results + others}

@@ -1,6 +1,8 @@
 """`decide(state) -> Action`: the brain's whole policy, pure and total.
 
-Each action kind has exactly one function in `actions.py` that carries it out.
+Each action kind has exactly one function in `actions.py`, which performs at most one side
+effect (one tool call or one model call) and returns here. So this is the one place where
+interrupts are honoured and where "may this call run?" is answered.
 """
 
 from __future__ import annotations
@@ -16,15 +18,29 @@ class Halt:
 
 
 @dataclass(frozen=True, slots=True)
+class RepairDangling:
+    """Calls whose start is logged but whose result is not: report, never re-run."""
+
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class HandleInterrupt:
     """Close the turn after a `user.interrupt`."""
 
 
 @dataclass(frozen=True, slots=True)
-class RepairDangling:
-    """Tool calls a dead brain started: their outcome is unknown, so report, never re-run."""
+class RefuseTool:
+    """Answer a call the client denied with the denial."""
 
-    calls: tuple[ToolCall, ...]
+    call: ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class RunTool:
+    """Run one allowed or confirmed server-side call (marking its start first)."""
+
+    call: ToolCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +51,10 @@ class RequestAction:
 
 
 @dataclass(frozen=True, slots=True)
-class RunTools:
-    """Execute (or refuse) confirmed tool calls."""
-
-    calls: tuple[ToolCall, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class CallModel:
-    """Ask the model for the next response."""
+    """Ask the model for the next response; `attempt` > 0 is a retry after a failure."""
+
+    attempt: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,40 +62,45 @@ class FinishTurn:
     """The model is done: go idle with `end_turn`."""
 
 
-Action = Halt | HandleInterrupt | RepairDangling | RequestAction | RunTools | CallModel | FinishTurn
+Action = (
+    Halt
+    | RepairDangling
+    | HandleInterrupt
+    | RefuseTool
+    | RunTool
+    | RequestAction
+    | CallModel
+    | FinishTurn
+)
 
 
 def decide(state: SessionState) -> Action:
     """The next step for a session in `state`."""
     if state.status == "terminated":
         return Halt()
-    if state.interrupt_pending:
-        return HandleInterrupt()
     open_calls = state.unresolved()
-    dangling = tuple(c for c in open_calls if _started(state, c))
+    dangling = tuple(c for c in open_calls if state.started(c))
     if dangling:
         return RepairDangling(dangling)
+    if state.interrupt_pending:
+        return HandleInterrupt()
+    for call in open_calls:
+        if call.confirmation == "deny":
+            return RefuseTool(call)
+        if _runnable(call):
+            return RunTool(call)
     awaiting = tuple(c.event_id for c in open_calls if c.awaiting_client)
     if awaiting:
         return Halt() if state.waiting_on == awaiting else RequestAction(awaiting)
-    runnable = tuple(c for c in open_calls if c.confirmation is not None)
-    if runnable:
-        return RunTools(runnable)
     if state.last_input_seq > state.last_answer_seq:
-        return CallModel()
+        return CallModel(state.model_retries)
     if state.status in ("running", "rescheduling"):
         return FinishTurn()
     return Halt()
 
 
-def _started(state: SessionState, call: ToolCall) -> bool:
-    """Whether a previous brain may already have run this server-side call."""
+def _runnable(call: ToolCall) -> bool:
+    """A server-side call that policy or the client allowed (never started: see above)."""
     if call.kind == "custom":
         return False
-    if call.permission == "allow":
-        return True  # allowed calls run in the same action that appended them
-    return (
-        call.confirmation == "allow"
-        and call.confirmed_seq is not None
-        and state.last_running_seq > call.confirmed_seq
-    )
+    return call.permission == "allow" or call.confirmation == "allow"

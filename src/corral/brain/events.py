@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from corral.ids import new_id, now_rfc3339
 from corral.models.base import ModelError, ModelUsage
+from corral.wire.events import LOG_FORMAT_VERSION, LogEventType, StopType
 
 _ERROR_TYPES = {
     "overloaded": "model_overloaded_error",
@@ -16,7 +17,7 @@ _ERROR_TYPES = {
 }
 
 
-def event(kind: str, **fields: Any) -> dict[str, Any]:
+def event(kind: LogEventType, **fields: Any) -> dict[str, Any]:
     """A new server event with a fresh id."""
     return {
         "id": fields.pop("id", None) or new_id("sevt"),
@@ -26,7 +27,7 @@ def event(kind: str, **fields: Any) -> dict[str, Any]:
     }
 
 
-def status_idle(stop_type: str, event_ids: tuple[str, ...] = ()) -> dict[str, Any]:
+def status_idle(stop_type: StopType, event_ids: tuple[str, ...] = ()) -> dict[str, Any]:
     """`session.status_idle` with its stop reason."""
     reason: dict[str, Any] = {"type": stop_type}
     if stop_type == "requires_action":
@@ -49,12 +50,16 @@ def span_end(start_id: str, usage: ModelUsage, *, is_error: bool = False) -> dic
     )
 
 
-def model_error(error: ModelError, retry_status: str) -> dict[str, Any]:
+def model_error(
+    error: ModelError, retry_status: Literal["retrying", "exhausted"]
+) -> dict[str, Any]:
     """`session.error` for a failed model call."""
     return session_error(_ERROR_TYPES[error.kind], error.message, retry_status)
 
 
-def session_error(kind: str, message: str, retry_status: str, **extra: Any) -> dict[str, Any]:
+def session_error(
+    kind: str, message: str, retry_status: Literal["retrying", "exhausted"], **extra: Any
+) -> dict[str, Any]:
     """`session.error` with the SDK's error object shape."""
     body = {"type": kind, "message": message, "retry_status": {"type": retry_status}, **extra}
     return event("session.error", error=body)
@@ -68,3 +73,13 @@ def tool_result(call_id: str, content: list[dict[str, Any]], *, is_error: bool) 
 def text_content(text: str) -> list[dict[str, Any]]:
     """A single text block."""
     return [{"type": "text", "text": text}]
+
+
+def tool_started(call_id: str) -> dict[str, Any]:
+    """`corral.tool_started` (internal, never shown to clients): logged before the call runs."""
+    return event("corral.tool_started", tool_use_id=call_id)
+
+
+def log_format() -> dict[str, Any]:
+    """`corral.log_format` (internal): this log marks tool starts from here on."""
+    return event("corral.log_format", version=LOG_FORMAT_VERSION)

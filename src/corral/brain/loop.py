@@ -1,4 +1,5 @@
-"""The brain loop: claim -> fold -> decide -> act -> append, until nothing is left to do."""
+"""The brain loop: claim -> apply new events -> decide -> act (one side effect) -> repeat,
+until `decide` says Halt."""
 
 from __future__ import annotations
 
@@ -26,12 +27,13 @@ async def drive(deps: BrainDeps, fence: Fence) -> bool:
     session = await deps.store.get_session(fence.session_id)
     if session is None:
         return True
-    run = Run(deps, fence, session)
+    run = Run(deps, fence, session, deps.memo.take(fence.session_id))
     halted = False
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_heartbeat, deps, fence, tg.cancel_scope)
             await _steps(run)
+            deps.memo.keep(fence.session_id, run.folded())
             halted = True
             tg.cancel_scope.cancel()
     except BaseExceptionGroup as group:  # anyio groups even a single error of the body
@@ -64,21 +66,28 @@ async def _report_crash(run: Run, exc: BaseException) -> bool:
 
 
 async def _steps(run: Run) -> None:
-    limit = run.deps.settings.max_steps_per_run
-    for _ in range(limit):
+    limit = run.deps.settings.max_steps_per_turn
+    taken, turn = 0, -1
+    while True:
         state = await run.refresh()
         action = decide(state)
         if isinstance(action, Halt):
             return
-        await act(run, action, state)
-    await run.append(
-        ev.session_error(
-            "tool_use_limit_reached_error",
-            f"the agent took more than {limit} steps in one turn",
-            "exhausted",
-        ),
-        ev.status_idle("retries_exhausted"),
-    )
+        if state.last_close_seq != turn:
+            turn, taken = state.last_close_seq, 0
+        taken += 1
+        if taken > limit:
+            await run.append(
+                ev.session_error(
+                    "tool_use_limit_reached_error",
+                    f"the agent took more than {limit} steps in one turn",
+                    "exhausted",
+                ),
+                ev.status_idle("retries_exhausted"),
+            )
+            continue
+        run.deps.stats.steps += 1
+        await act(run, action)
 
 
 async def _heartbeat(deps: BrainDeps, fence: Fence, scope: anyio.CancelScope) -> None:

@@ -1,21 +1,33 @@
-"""One claimed run of one session: the fenced append, the cached log, interrupt watching."""
+"""One claimed run of one session: the fenced append, the incrementally folded state and
+transcript, and the interrupt watch.
+
+The watch is mechanism only: it cancels a running tool or model call when a `user.interrupt`
+is logged; what happens next is `decide`'s call. Nothing here decides policy.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import anyio
+import anyio.lowlevel
 
+from corral.brain import events as ev
+from corral.brain.context import Transcript
+from corral.brain.memo import Folded, Memo
 from corral.brain.sandboxes import SandboxPool
-from corral.brain.state import SessionState, fold
+from corral.brain.state import SessionState, apply
 from corral.models.base import ModelClient
 from corral.session.log import EventQuery, Fence, NewEvents, StoredEvent, Subscription
 from corral.store.base import SessionRow, Store
+from corral.wire.events import parse_event
 
 T = TypeVar("T")
 _WATCH_SECONDS = 5.0
+_PAGE = 1000
+"""Events per read when catching up: a cold fold of a long log yields to the event loop."""
 
 
 class ModelDirectory(Protocol):
@@ -34,7 +46,8 @@ class BrainSettings:
     max_model_retries: int = 4
     retry_base_seconds: float = 0.5
     retry_max_seconds: float = 8.0
-    max_steps_per_run: int = 500
+    max_steps_per_turn: int = 500
+    """Steps (one tool or model call each) before a turn is stopped as runaway."""
     eager_sandboxes: bool = False
     """Provision the sandbox before the first model call (only to measure the coupled design)."""
 
@@ -47,97 +60,140 @@ class SkillCatalog(Protocol):
         ...
 
 
+@dataclass(slots=True)
+class BrainStats:
+    """Work counters of this process's brains (admin status shows them; tests count with
+    them that a step's work grows with the new events, not with the log)."""
+
+    steps: int = 0
+    events_applied: int = 0
+    """Events folded into a state (and transcript)."""
+    blocks_built: int = 0
+    """Content blocks made for the model's messages."""
+    cold_folds: int = 0
+    """Runs that had to fold a log from its start (no memo of the session)."""
+
+    def snapshot(self) -> dict[str, int]:
+        """The counters as a JSON-ready mapping."""
+        return {
+            "steps": self.steps,
+            "events_applied": self.events_applied,
+            "blocks_built": self.blocks_built,
+            "cold_folds": self.cold_folds,
+        }
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrainDeps:
-    """What a brain is given; nothing here holds session state."""
+    """What a brain is given; nothing here holds session state but the memo (a cache)."""
 
     store: Store
     models: ModelDirectory
     sandboxes: SandboxPool | None
     settings: BrainSettings
     skills: SkillCatalog | None = None
+    memo: Memo = field(default_factory=Memo)
+    stats: BrainStats = field(default_factory=BrainStats)
 
 
 class Run:
     """The brain's view of a session during one lease."""
 
-    def __init__(self, deps: BrainDeps, fence: Fence, session: SessionRow) -> None:
+    def __init__(
+        self, deps: BrainDeps, fence: Fence, session: SessionRow, folded: Folded | None = None
+    ) -> None:
         self.deps = deps
         self.fence = fence
         self.session = session
-        self.events: list[StoredEvent] = []
+        if folded is None:
+            deps.stats.cold_folds += 1
+            folded = Folded(state=SessionState(), transcript=Transcript())
+        self.state = folded.state
+        self.transcript = folded.transcript
 
     @property
     def agent(self) -> dict[str, Any]:
         """The agent snapshot pinned at session creation (plus session updates)."""
         return dict(self.session.body["agent"])
 
+    def folded(self) -> Folded:
+        """What this run has folded so far (for the memo)."""
+        return Folded(state=self.state, transcript=self.transcript)
+
     async def refresh(self) -> SessionState:
-        """Read events appended since the last read and fold the whole log."""
-        after = self.events[-1].seq if self.events else None
-        self.events.extend(
-            await self.deps.store.read(self.fence.session_id, EventQuery(after_seq=after))
-        )
-        return fold((e.seq, e.body) for e in self.events)
+        """Apply the events appended since the last read; the whole log on a cold start."""
+        while True:
+            page = await self.deps.store.read(
+                self.fence.session_id,
+                EventQuery(after_seq=self.state.last_seq, limit=_PAGE, internal=True),
+            )
+            self._apply(page)
+            if len(page) < _PAGE:
+                return self.state
+            await anyio.lowlevel.checkpoint()
 
-    def bodies(self) -> list[dict[str, Any]]:
-        """Wire bodies of the cached log."""
-        return [e.body for e in self.events]
+    async def append(self, *bodies: dict[str, Any]) -> list[StoredEvent]:
+        """Append under our fence (raises LeaseLost when another brain took over) and apply.
 
-    async def append(self, *bodies: dict[str, Any]) -> None:
-        """Append under our fence (raises LeaseLost when another brain took over)."""
+        The first append of a brain that marks tool starts also logs `corral.log_format`.
+        """
+        if self.state.format_seq == 0:
+            bodies = (ev.log_format(), *bodies)
+        last = self.state.last_seq
         with anyio.CancelScope(shield=True):
             stored = await self.deps.store.append(
                 self.fence.session_id, list(bodies), fence=self.fence
             )
-        last = self.events[-1].seq if self.events else 0
-        if stored and stored[0].seq == last + 1:
-            self.events.extend(stored)
-        else:
-            await self.refresh()  # others appended in between: read the gap in order
+        if stored and stored[0].seq != last + 1:
+            # Others appended in between: apply exactly that gap first, so the state (and a
+            # request built from it) is the log up to our events and nothing after them.
+            gap = await self.deps.store.read(
+                self.fence.session_id,
+                EventQuery(after_seq=last, before_seq=stored[0].seq, internal=True),
+            )
+            self._apply(gap)
+        self._apply(stored)
+        return stored
 
-    async def _interrupt_signalled(self, sub: Subscription, start: int) -> bool:
-        """Wait for the next signals; True if they (or, when unsure, the log) hold an interrupt.
+    def messages(self) -> list[dict[str, Any]]:
+        """The model's messages for the log as applied so far."""
+        before = self.transcript.blocks_built
+        out = self.transcript.messages()
+        self.deps.stats.blocks_built += self.transcript.blocks_built - before
+        return out
 
-        Previews are ignored and events carried by a local signal are inspected in place, so
-        a streaming model response costs no reads; a bare signal (another process appended)
-        or a quiet spell triggers one filtered read.
-        """
-        signals = await sub.next(_WATCH_SECONDS)
-        new = [s for s in signals if isinstance(s, NewEvents)]
-        if signals and not new:
-            return False
-        if new and all(s.events for s in new):
-            return any(e.type == "user.interrupt" for s in new for e in s.events)
-        return await self._interrupt_in_log(start)
+    def _apply(self, events: Iterable[StoredEvent]) -> None:
+        before = self.transcript.blocks_built
+        count = 0
+        for stored in events:
+            event = parse_event(stored.body)
+            apply(self.state, stored.seq, event)
+            self.transcript.apply(event)
+            count += 1
+        self.deps.stats.events_applied += count
+        self.deps.stats.blocks_built += self.transcript.blocks_built - before
 
-    async def _interrupt_in_log(self, start: int) -> bool:
-        found = await self.deps.store.read(
-            self.fence.session_id, EventQuery(after_seq=start, types=["user.interrupt"])
-        )
-        return bool(found)
-
-    async def interruptible(self, work: Callable[[], Awaitable[T]]) -> tuple[T | None, bool]:
-        """Run `work`, cancelling it if a `user.interrupt` is appended meanwhile."""
+    async def until_interrupt(
+        self, work: Callable[[], Awaitable[T]], *, after: int
+    ) -> tuple[T | None, bool]:
+        """Run `work`, cancelling it if a `user.interrupt` is logged after seq `after` (the
+        position `decide` saw). Returns (its result, or None if it was cancelled; whether an
+        interrupt came)."""
+        if self.state.interrupt_seq > after:
+            return None, True
         result: list[T] = []
         interrupted = False
+        failures: list[Exception] = []
         sub = self.deps.store.subscribe(self.fence.session_id)
-        start = self.events[-1].seq if self.events else 0
 
         async def watch(scope: anyio.CancelScope) -> None:
             nonlocal interrupted
             # An interrupt appended before we subscribed sent its signal to nobody: look once.
-            if await self._interrupt_in_log(start):
-                interrupted = True
-                scope.cancel()
-                return
-            while True:
-                if await self._interrupt_signalled(sub, start):
-                    interrupted = True
-                    scope.cancel()
-                    return
-
-        failures: list[Exception] = []
+            if not await self._interrupt_in_log(after):
+                while not await self._interrupt_signalled(sub, after):
+                    pass
+            interrupted = True
+            scope.cancel()
 
         async def body(scope: anyio.CancelScope) -> None:
             try:
@@ -155,3 +211,24 @@ class Run:
         if failures:
             raise failures[0]
         return (result[0] if result else None), interrupted
+
+    async def _interrupt_signalled(self, sub: Subscription, after: int) -> bool:
+        """Wait for the next signals; True if they (or, when unsure, the log) hold an interrupt.
+
+        Previews are ignored and events carried by a local signal are inspected in place, so
+        a streaming model response costs no reads; a bare signal (another process appended)
+        or a quiet spell triggers one filtered read.
+        """
+        signals = await sub.next(_WATCH_SECONDS)
+        new = [s for s in signals if isinstance(s, NewEvents)]
+        if signals and not new:
+            return False
+        if new and all(s.events for s in new):
+            return any(e.type == "user.interrupt" and e.seq > after for s in new for e in s.events)
+        return await self._interrupt_in_log(after)
+
+    async def _interrupt_in_log(self, after: int) -> bool:
+        found = await self.deps.store.read(
+            self.fence.session_id, EventQuery(after_seq=after, types=["user.interrupt"])
+        )
+        return bool(found)

@@ -1,28 +1,45 @@
-"""Fold a session's log into the state the brain decides on; pure, no I/O.
+"""The state the brain decides on, built by applying a session's log one event at a time.
 
-The log is the only input: a fresh brain after a crash folds the same events into the same
-state, which is what makes recovery a pure function of the log.
+`apply(state, seq, event)` is pure (no I/O) and folds exactly one event, so a brain keeps a
+state and applies only what is new; `fold(events)` is the same reduction over a whole log. A
+fresh brain after a crash folds the same events into the same state: recovery is a pure
+function of the log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from corral.wire.events import (
+    AgentCustomToolUseEvent,
+    AgentMcpToolResultEvent,
+    AgentMcpToolUseEvent,
+    AgentToolResultEvent,
+    AgentToolUseEvent,
+    LogEvent,
+    LogFormatEvent,
+    SessionErrorEvent,
+    SessionStatusIdleEvent,
+    SessionStatusRescheduledEvent,
+    SessionStatusRunningEvent,
+    SessionStatusTerminatedEvent,
+    SpanModelRequestEndEvent,
+    SpanModelRequestStartEvent,
+    SystemMessageEvent,
+    ToolStartedEvent,
+    UserCustomToolResultEvent,
+    UserInterruptEvent,
+    UserMessageEvent,
+    UserToolConfirmationEvent,
+    UserToolResultEvent,
+    parse_event,
+)
+
 CallKind = Literal["builtin", "custom", "mcp"]
-_USE_TYPES: dict[str, CallKind] = {
-    "agent.tool_use": "builtin",
-    "agent.custom_tool_use": "custom",
-    "agent.mcp_tool_use": "mcp",
-}
-_RESULT_KEYS = {
-    "agent.tool_result": "tool_use_id",
-    "user.tool_result": "tool_use_id",
-    "user.custom_tool_result": "custom_tool_use_id",
-    "agent.mcp_tool_result": "mcp_tool_use_id",
-}
-_INPUT_TYPES = frozenset({"user.message", "system.message"})
+Status = Literal["idle", "running", "rescheduling", "terminated"]
+ToolUse = AgentToolUseEvent | AgentCustomToolUseEvent | AgentMcpToolUseEvent
 
 
 @dataclass(slots=True)
@@ -39,11 +56,15 @@ class ToolCall:
     confirmation: str | None = None
     deny_message: str | None = None
     confirmed_seq: int | None = None
+    started_seq: int | None = None
+    """Seq of its `corral.tool_started` marker: from then on it may have run."""
     abandoned: bool = False
+    legacy: bool = False
+    """Logged by a brain that wrote no start markers (before `corral.log_format`)."""
 
     @property
     def resolved(self) -> bool:
-        """It has a result, or was abandoned by an interrupt."""
+        """It has a result, or was abandoned when its turn closed."""
         return self.result_seq is not None or self.abandoned
 
     @property
@@ -60,102 +81,195 @@ class ToolCall:
 class SessionState:
     """What the brain needs to decide its next step."""
 
-    status: str = "idle"
+    status: Status = "idle"
     last_seq: int = 0
     calls: dict[str, ToolCall] = field(default_factory=dict)
+    open: dict[str, ToolCall] = field(default_factory=dict)
+    """The unresolved calls, in log order (kept apart so a step never scans every call)."""
     last_input_seq: int = 0
-    """Seq of the newest event the model has not yet answered (message or tool result)."""
+    """Seq of the newest input the model should see (message, or tool result of this turn)."""
     last_answer_seq: int = 0
-    """Seq of the newest completed model response or turn close."""
+    """Inputs up to here need no model call: answered, or dropped by an interrupt or failure."""
     last_running_seq: int = 0
-    last_status_seq: int = 0
+    last_close_seq: int = 0
+    """Seq of the last turn close: an idle other than `requires_action`, or termination."""
     waiting_on: tuple[str, ...] | None = None
     """event_ids of the newest `requires_action` idle, if that is the current status."""
     interrupt_seq: int = 0
     model_requests: int = 0
+    model_retries: int = 0
+    """Retryable model failures in a row in this turn (the next call is attempt N)."""
     request_starts: dict[str, int] = field(default_factory=dict)
-    """span.model_request_start id -> seq: a response answers what was logged before it."""
+    """Open span.model_request_start id -> seq: a response answers what was logged before it."""
+    format_seq: int = 0
+    """Seq of `corral.log_format` (0: only older brains have written to this log)."""
 
     @property
     def interrupt_pending(self) -> bool:
-        """A `user.interrupt` arrived after the brain last settled the status."""
-        return self.interrupt_seq > self.last_status_seq
+        """A `user.interrupt` arrived after the last turn close."""
+        return self.interrupt_seq > self.last_close_seq
 
     def unresolved(self) -> list[ToolCall]:
         """Calls without a result, in log order."""
-        return [c for c in self.calls.values() if not c.resolved]
+        return list(self.open.values())
+
+    def started(self, call: ToolCall) -> bool:
+        """Whether `call` may already have run (so it must never run again)."""
+        return call.started_seq is not None or (call.legacy and _legacy_started(self, call))
 
 
-def fold(events: Iterable[tuple[int, dict[str, Any]]]) -> SessionState:
-    """Build the state from `(seq, body)` pairs in log order."""
+def fold(events: Iterable[tuple[int, Mapping[str, Any] | LogEvent]]) -> SessionState:
+    """The state of a log given as `(seq, event)` pairs in order (bodies are parsed)."""
     state = SessionState()
-    for seq, body in events:
-        _apply(state, seq, body)
+    for seq, event in events:
+        apply(state, seq, parse_event(event) if isinstance(event, Mapping) else event)
     return state
 
 
-def _apply(state: SessionState, seq: int, body: dict[str, Any]) -> None:
-    kind = str(body.get("type"))
+def apply(state: SessionState, seq: int, event: LogEvent) -> SessionState:
+    """Fold one event (the next in the log, at `seq`) into `state`, in place; returns it."""
     state.last_seq = seq
-    if kind in _USE_TYPES:
-        state.calls[str(body["id"])] = ToolCall(
-            event_id=str(body["id"]),
-            kind=_USE_TYPES[kind],
-            name=str(body.get("name")),
-            input=dict(body.get("input") or {}),
-            permission=str(body.get("evaluated_permission") or "allow"),
-            seq=seq,
-        )
-    elif kind in _RESULT_KEYS:
-        _apply_result(state, seq, str(body.get(_RESULT_KEYS[kind])))
-    elif kind == "user.tool_confirmation":
-        call = state.calls.get(str(body.get("tool_use_id")))
-        if call is not None and call.confirmation is None:
-            call.confirmation = str(body.get("result"))
-            call.deny_message = body.get("deny_message")
-            call.confirmed_seq = seq
-    elif kind in _INPUT_TYPES:
+    if not _apply_call_event(state, seq, event):
+        _apply_turn_event(state, seq, event)
+    return state
+
+
+def _apply_call_event(state: SessionState, seq: int, event: LogEvent) -> bool:
+    """Tool uses, results, confirmations and start markers; False for any other event."""
+    match event:
+        case AgentToolUseEvent() | AgentCustomToolUseEvent() | AgentMcpToolUseEvent():
+            _add_call(state, seq, event)
+        case AgentToolResultEvent() | UserToolResultEvent():
+            _resolve(state, seq, event.tool_use_id)
+        case UserCustomToolResultEvent():
+            _resolve(state, seq, event.custom_tool_use_id)
+        case AgentMcpToolResultEvent():
+            _resolve(state, seq, event.mcp_tool_use_id)
+        case UserToolConfirmationEvent():
+            call = state.calls.get(event.tool_use_id)
+            if call is not None and call.confirmation is None:
+                call.confirmation = event.result
+                call.deny_message = event.deny_message
+                call.confirmed_seq = seq
+        case ToolStartedEvent():
+            call = state.calls.get(event.tool_use_id)
+            if call is not None and call.started_seq is None:
+                call.started_seq = seq
+        case LogFormatEvent():
+            _mark_format(state, seq)
+        case _:
+            return False
+    return True
+
+
+def _apply_turn_event(state: SessionState, seq: int, event: LogEvent) -> None:
+    match event:
+        case UserMessageEvent() | SystemMessageEvent():
+            state.last_input_seq = seq
+        case UserInterruptEvent():
+            # Whatever was asked before an interrupt is dropped, not answered later.
+            state.interrupt_seq = seq
+            state.last_answer_seq = max(state.last_answer_seq, seq)
+        case SpanModelRequestStartEvent():
+            state.request_starts[event.id] = seq
+        case SpanModelRequestEndEvent():
+            _end_request(state, seq, event)
+        case SessionErrorEvent():
+            if event.error.retry_status.type == "retrying":
+                state.model_retries += 1
+            else:
+                # The turn gave up: what it was answering needs no further model call.
+                state.last_answer_seq = max(state.last_answer_seq, seq)
+                state.model_retries = 0
+        case SessionStatusRunningEvent():
+            _set_status(state, "running")
+            state.last_running_seq = seq
+        case SessionStatusRescheduledEvent():
+            _set_status(state, "rescheduling")
+        case SessionStatusIdleEvent():
+            _set_status(state, "idle")
+            if event.stop_reason.type == "requires_action":
+                state.waiting_on = tuple(event.stop_reason.event_ids or ())
+            else:
+                _close_turn(state, seq)
+        case SessionStatusTerminatedEvent():
+            _set_status(state, "terminated")
+            _close_turn(state, seq)
+
+
+def _add_call(state: SessionState, seq: int, event: ToolUse) -> None:
+    kind: CallKind = "custom"
+    permission = "allow"
+    if not isinstance(event, AgentCustomToolUseEvent):
+        kind = "mcp" if isinstance(event, AgentMcpToolUseEvent) else "builtin"
+        permission = event.evaluated_permission
+    call = ToolCall(
+        event_id=event.id,
+        kind=kind,
+        name=event.name,
+        input=event.input,
+        permission=permission,
+        seq=seq,
+        legacy=state.format_seq == 0,
+    )
+    state.calls[call.event_id] = call
+    state.open[call.event_id] = call
+
+
+def _resolve(state: SessionState, seq: int, use_id: str) -> None:
+    call = state.open.pop(use_id, None)
+    if call is None:
+        return
+    call.result_seq = seq
+    if not state.interrupt_pending:
+        # A result logged after an interrupt (the cancelled call's) asks the model nothing.
         state.last_input_seq = seq
-    elif kind == "user.interrupt":
-        state.interrupt_seq = seq
-    elif kind == "span.model_request_start":
-        state.request_starts[str(body["id"])] = seq
-    elif kind == "span.model_request_end":
-        state.model_requests += 1
-        if not body.get("is_error"):
-            # Input logged while the model was streaming was not in its request: only what
-            # preceded the request's start counts as answered.
-            started = state.request_starts.get(str(body.get("model_request_start_id")), seq)
-            state.last_answer_seq = max(state.last_answer_seq, started)
-    elif kind.startswith("session.status_"):
-        _apply_status(state, seq, kind, body)
 
 
-def _apply_result(state: SessionState, seq: int, use_id: str) -> None:
-    call = state.calls.get(use_id)
-    if call is not None and call.result_seq is None:
-        call.result_seq = seq
-        state.last_input_seq = seq
+def _end_request(state: SessionState, seq: int, event: SpanModelRequestEndEvent) -> None:
+    state.model_requests += 1
+    started = state.request_starts.pop(event.model_request_start_id, seq)
+    if not event.is_error:
+        # Input logged while the model was streaming was not in its request: only what
+        # preceded the request's start counts as answered.
+        state.last_answer_seq = max(state.last_answer_seq, started)
+        state.model_retries = 0
 
 
-def _apply_status(state: SessionState, seq: int, kind: str, body: dict[str, Any]) -> None:
-    state.last_status_seq = seq
+def _set_status(state: SessionState, status: Status) -> None:
+    state.status = status
     state.waiting_on = None
-    if kind == "session.status_running":
-        state.status = "running"
-        state.last_running_seq = seq
-    elif kind == "session.status_idle":
-        state.status = "idle"
-        reason = body.get("stop_reason") or {}
-        if reason.get("type") == "requires_action":
-            state.waiting_on = tuple(reason.get("event_ids") or ())
-        else:
-            # A closed turn: earlier inputs are answered, open calls are abandoned.
-            state.last_answer_seq = seq
-            for call in state.calls.values():
-                if not call.resolved:
-                    call.abandoned = True
-    elif kind == "session.status_rescheduled":
-        state.status = "rescheduling"
-    elif kind == "session.status_terminated":
-        state.status = "terminated"
+
+
+def _close_turn(state: SessionState, seq: int) -> None:
+    """A closed turn abandons its open calls and resets its retry count."""
+    state.last_close_seq = seq
+    state.model_retries = 0
+    for call in state.open.values():
+        call.abandoned = True
+    state.open.clear()
+
+
+def _mark_format(state: SessionState, seq: int) -> None:
+    """From here on starts are marked; freeze what the old inference says of earlier calls."""
+    if state.format_seq:
+        return
+    state.format_seq = seq
+    for call in state.open.values():
+        if call.legacy and _legacy_started(state, call):
+            call.started_seq = seq
+        call.legacy = False
+
+
+def _legacy_started(state: SessionState, call: ToolCall) -> bool:
+    """How older brains' logs say a server-side call may have run (they wrote no markers):
+    allowed calls ran right after being logged; confirmed ones after the next running status."""
+    if call.kind == "custom" or call.resolved:
+        return False
+    if call.permission == "allow":
+        return True
+    return (
+        call.confirmation == "allow"
+        and call.confirmed_seq is not None
+        and state.last_running_seq > call.confirmed_seq
+    )
