@@ -149,6 +149,17 @@ def _positive(name: str, value: float) -> Any:
     return value
 
 
+def _egress_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if env.get("CORRAL_EGRESS_ALLOW_PRIVATE"):
+        out["egress_allow_private"] = _allow_private(env["CORRAL_EGRESS_ALLOW_PRIVATE"].split(","))
+    for key, kind in _EGRESS_NUMBERS.items():
+        if env.get(f"CORRAL_EGRESS_{key.upper()}"):
+            value = kind(env[f"CORRAL_EGRESS_{key.upper()}"])
+            out[f"egress_{key}"] = _positive(f"CORRAL_EGRESS_{key.upper()}", value)
+    return out
+
+
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if env.get("CORRAL_DATA_DIR"):
@@ -163,12 +174,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         out["workers"] = int(env["CORRAL_WORKERS"])
     if env.get("CORRAL_EAGER_SANDBOXES") == "1":
         out["eager_sandboxes"] = True
-    if env.get("CORRAL_EGRESS_ALLOW_PRIVATE"):
-        out["egress_allow_private"] = _allow_private(env["CORRAL_EGRESS_ALLOW_PRIVATE"].split(","))
-    for key, kind in _EGRESS_NUMBERS.items():
-        if env.get(f"CORRAL_EGRESS_{key.upper()}"):
-            value = kind(env[f"CORRAL_EGRESS_{key.upper()}"])
-            out[f"egress_{key}"] = _positive(f"CORRAL_EGRESS_{key.upper()}", value)
+    out.update(_egress_from_env(env))
     for key in ("max_files", "max_bytes_per_call", "max_bytes_per_session"):
         if env.get(f"CORRAL_OUTPUTS_{key.upper()}"):
             out[f"outputs_{key}"] = int(env[f"CORRAL_OUTPUTS_{key.upper()}"])
