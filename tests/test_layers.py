@@ -12,8 +12,10 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "corral"
 # package -> corral packages it must never import
 FORBIDDEN = {
     "wire": {"api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli"},
-    "session": {"api", "brain", "service", "models", "hands", "runtime", "cli", "demo"},
-    "store": {"api", "brain", "service", "models", "hands", "runtime", "cli", "demo"},
+    "session": {
+        "api", "brain", "service", "models", "hands", "runtime", "cli", "demo", "netpolicy",
+    },
+    "store": {"api", "brain", "service", "models", "hands", "runtime", "cli", "demo", "netpolicy"},
     "brain": {"api", "cli", "runtime", "store.sqlite", "store.postgres", "hands.local", "demo"},
     "models": {"api", "brain", "service", "session", "store", "hands", "runtime", "cli"},
     "hands": {"api", "brain", "service", "session", "store", "models", "runtime", "cli"},
@@ -28,6 +30,10 @@ FORBIDDEN = {
     "config.py": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files", "skills", "tools",
+    },
+    "netpolicy.py": {
+        "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
+        "demo", "files", "skills", "tools", "config",
     },
     "model_routes.py": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",

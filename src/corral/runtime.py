@@ -89,7 +89,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     skills = SkillService(store, blobs, settings.data_dir / "skills")
     agents = AgentService(store, model_check=models.route_for, skill_resolver=skills.resolve)
     dirs = SessionDirs(settings.data_dir / "sessions")
-    purge = storage_purger(dirs)
+    purge = storage_purger(dirs, files)
     sessions = SessionService(store, agents, SessionResources(files), purge=purge)
     outputs = OutputCollector(
         files,
@@ -230,7 +230,7 @@ def session_standings(store: Store, *, concurrency: int = 8) -> Standings:
     return standings
 
 
-def storage_purger(dirs: SessionDirs) -> Callable[[str], Awaitable[bool]]:
+def storage_purger(dirs: SessionDirs, files: FileService) -> Callable[[str], Awaitable[bool]]:
     """`purge_session_storage`, bound to this process's data dir."""
 
     async def purge_session_storage(session_id: str) -> bool:
@@ -242,11 +242,15 @@ def storage_purger(dirs: SessionDirs) -> Callable[[str], Awaitable[bool]]:
         after the delete and by pools, so it must be idempotent; it never raises.
         Per-session host state added later is released here, under the lock:
         - the session's sandbox uid (hands), once uids are allocated per session;
-        - the session's output file objects (files).
+        - the session's output file objects (files): also deleted by the API at once, and
+          again here, since a sandbox alive elsewhere may have collected more meanwhile.
         """
         try:
             async with dirs.exclusive(session_id) as free:
-                return free and await dirs.remove(session_id)
+                if not free:
+                    return False
+                await files.delete_session_files(session_id)
+                return await dirs.remove(session_id)
         except Exception:
             log.exception("purging the files of deleted session %s", session_id)
             return False
