@@ -4,14 +4,10 @@
     ├── ApiError(status, type, message, error_code)      -> {"type":"error","error":{...}}
     │   ├── BadRequest          400 invalid_request_error
     │   ├── Unauthorized        401 authentication_error
-    │   ├── PermissionDenied    403 permission_error
     │   ├── NotFound            404 not_found_error
     │   ├── Conflict            409 conflict_error
-    │   ├── PreconditionFailed  412 invalid_request_error
-    │   ├── PayloadTooLarge     413 request_too_large
-    │   └── ServiceUnavailable  503 overloaded_error
+    │   └── PayloadTooLarge     413 request_too_large
     ├── LeaseLost             a brain's fencing token is stale; its append was rejected
-    ├── ToolError             becomes an `is_error` tool result the model sees
     └── HandsError(code, retryable)  the sandbox failed (dead, timed out, could not start)
 
 This module must not import anything else from corral.
@@ -71,13 +67,6 @@ class Unauthorized(ApiError):
     type = "authentication_error"
 
 
-class PermissionDenied(ApiError):
-    """The key is valid but may not do this."""
-
-    status = 403
-    type = "permission_error"
-
-
 class NotFound(ApiError):
     """The addressed object does not exist (or was deleted)."""
 
@@ -96,13 +85,6 @@ class Conflict(ApiError):
         super().__init__(message, **kwargs)
 
 
-class PreconditionFailed(ApiError):
-    """A compare-and-set precondition did not hold."""
-
-    status = 412
-    type = "invalid_request_error"
-
-
 class PayloadTooLarge(ApiError):
     """The request body exceeds a configured limit."""
 
@@ -110,19 +92,8 @@ class PayloadTooLarge(ApiError):
     type = "request_too_large"
 
 
-class ServiceUnavailable(ApiError):
-    """The server cannot take the request now; the client may retry."""
-
-    status = 503
-    type = "overloaded_error"
-
-
 class LeaseLost(CorralError):
     """A brain tried to append with a fencing token that is no longer current."""
-
-
-class ToolError(CorralError):
-    """A tool failed in a way the model should see as an `is_error` result."""
 
 
 class HandsError(CorralError):

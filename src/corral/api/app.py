@@ -126,4 +126,3 @@ def create_asgi(runtime: Runtime) -> ASGIApp:
         app, runtime.store, error_response, ping_seconds=runtime.settings.sse_ping_seconds
     )
     return ApiKeyAuth(router, runtime.settings.api_keys)
-

@@ -167,10 +167,6 @@ class SandboxPool:
         """How many sandboxes exist now."""
         return len(self._slots)
 
-    def has_sandbox(self, session_id: str) -> bool:
-        """Whether a sandbox currently exists for the session."""
-        return session_id in self._slots
-
     async def discard(self, session_id: str) -> None:
         """Destroy the session's sandbox (death, failure, idleness); files stay unless the
         session was deleted meanwhile, then they are purged (nobody else may be able to)."""

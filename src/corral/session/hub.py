@@ -72,7 +72,3 @@ class Hub:
     def session_ids(self) -> list[str]:
         """Sessions with at least one follower (a backend resyncs them after a lost signal)."""
         return list(self._subs)
-
-    def follower_count(self) -> int:
-        """How many subscriptions are open (for status and benchmarks)."""
-        return sum(len(s) for s in self._subs.values())
