@@ -22,6 +22,8 @@ from corral.wire.events import (
     AgentToolUseEvent,
     LogEvent,
     SessionStatusIdleEvent,
+    SpanModelRequestEndEvent,
+    SpanModelRequestStartEvent,
     SystemMessageEvent,
     UserCustomToolResultEvent,
     UserMessageEvent,
@@ -100,41 +102,39 @@ class Transcript:
 
     Invariants kept on every append (so nothing is rebuilt): turns alternate roles; in a user
     turn, tool results come before other blocks, each group in log order; only the last turn
-    is ever changed.
+    is ever changed. Input logged while a model request is in flight is held back and placed
+    after that request's response: the request did not contain it, and the follow-up request
+    must show it after the answer (not before it, which would end the request with the
+    assistant's turn).
     """
 
     def __init__(self) -> None:
         self.turns: list[dict[str, Any]] = []
         self._open: dict[str, None] = {}
         self._results_in_last = 0
+        self._in_flight = False
+        self._held: list[dict[str, Any]] = []
         self.blocks_built = 0
         """Blocks made so far (a work counter: per step it grows with new events only)."""
 
     def apply(self, event: LogEvent) -> None:
         """Add what `event` shows the model (most events show nothing)."""
         match event:
-            case UserMessageEvent():
-                for block in event.content:
-                    if block.get("type") != "redacted":
-                        self._add("user", block)
-            case SystemMessageEvent():
-                text = "\n".join(str(b.get("text", "")) for b in event.content)
-                self._add(
-                    "user", {"type": "text", "text": f"<system-message>{text}</system-message>"}
-                )
+            case UserMessageEvent() | SystemMessageEvent():
+                self._add_input(_input_blocks(event))
+            case SpanModelRequestStartEvent():
+                self._release()  # a request still in flight here died with its brain
+                self._in_flight = True
+            case SpanModelRequestEndEvent():
+                self._release()
             case AgentMessageEvent():
                 for block in event.content:
                     if block.get("type") == "text":
                         self._add("assistant", block)
             case AgentToolUseEvent() | AgentCustomToolUseEvent() | AgentMcpToolUseEvent():
                 self._open[event.id] = None
-                block = {
-                    "type": "tool_use",
-                    "id": event.id,
-                    "name": event.name,
-                    "input": event.input,
-                }
-                self._add("assistant", block)
+                block = {"type": "tool_use", "id": event.id, "name": event.name}
+                self._add("assistant", {**block, "input": event.input})
             case (
                 AgentToolResultEvent()
                 | UserToolResultEvent()
@@ -155,18 +155,32 @@ class Transcript:
         the last one is copied because later events extend it in place."""
         placeholders = [_result_block(use_id, None) for use_id in self._open]
         self.blocks_built += len(placeholders)
+        extra = [*placeholders, *self._held]
         if not self.turns:
-            return [{"role": "user", "content": placeholders}] if placeholders else []
+            return [{"role": "user", "content": extra}] if extra else []
         last = self.turns[-1]
         if last["role"] == "assistant":
             tail = [{"role": "assistant", "content": list(last["content"])}]
-            if placeholders:
-                tail.append({"role": "user", "content": placeholders})
+            if extra:
+                tail.append({"role": "user", "content": extra})
         else:
-            content = last["content"]
-            n = self._results_in_last
-            tail = [{"role": "user", "content": [*content[:n], *placeholders, *content[n:]]}]
+            content, n = last["content"], self._results_in_last
+            merged = [*content[:n], *placeholders, *content[n:], *self._held]
+            tail = [{"role": "user", "content": merged}]
         return [*self.turns[:-1], *tail]
+
+    def _add_input(self, blocks: list[dict[str, Any]]) -> None:
+        if self._in_flight:
+            self._held.extend(blocks)
+        else:
+            for block in blocks:
+                self._add("user", block)
+
+    def _release(self) -> None:
+        self._in_flight = False
+        for block in self._held:
+            self._add("user", block)
+        self._held.clear()
 
     def _add_result(self, event: _ToolResult) -> None:
         if isinstance(event, UserCustomToolResultEvent):
@@ -192,6 +206,13 @@ class Transcript:
             return
         self.turns.append({"role": role, "content": [block]})
         self._results_in_last = 1 if is_result else 0
+
+
+def _input_blocks(event: UserMessageEvent | SystemMessageEvent) -> list[dict[str, Any]]:
+    if isinstance(event, SystemMessageEvent):
+        text = "\n".join(str(b.get("text", "")) for b in event.content)
+        return [{"type": "text", "text": f"<system-message>{text}</system-message>"}]
+    return [b for b in event.content if b.get("type") != "redacted"]
 
 
 def _result_block(use_id: str, event: _ToolResult | None) -> dict[str, Any]:
