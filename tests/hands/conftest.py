@@ -16,6 +16,7 @@ import pytest
 from corral.hands.base import SandboxRecipe
 from corral.hands.local import LocalHands
 from corral.netpolicy import EgressSettings
+from tests.registries import private_registry_hosts
 
 HAVE_BWRAP = shutil.which("bwrap") is not None
 needs_bwrap = pytest.mark.skipif(
@@ -35,7 +36,7 @@ async def local_hands(tmp_path: Path) -> AsyncIterator[LocalHands]:
     The tests' stand-in for the internet listens on the loopback, which the operator opens
     (`allow_private`) to environments that list 127.0.0.1; `unrestricted` stays public-only.
     """
-    egress = EgressSettings(allow_private=("127.0.0.1",))
+    egress = EgressSettings(allow_private=("127.0.0.1", *private_registry_hosts()))
     hands = LocalHands(tmp_path / "hands-state", egress=egress)
     yield hands
     await hands.aclose()

@@ -13,6 +13,7 @@ import pytest
 from tests.api.helpers import events, say, wait_idle
 from tests.fakes.messages_server import FakeModelServer, Text, ToolUse, Turn
 from tests.hands.conftest import needs_registry
+from tests.registries import private_registry_hosts
 from tests.server import ServerProcess, backend_env
 
 TOOLSET = {"type": "agent_toolset_20260401"}
@@ -39,7 +40,8 @@ def server(
     """The shared server, with the operator opening the loopback (where the test page is) to
     environments that list it: private addresses are refused otherwise."""
     with backend_env(backend) as env:
-        env = {**env, "CORRAL_EGRESS_ALLOW_PRIVATE": "127.0.0.1"}
+        allowed = ",".join(("127.0.0.1", *private_registry_hosts()))
+        env = {**env, "CORRAL_EGRESS_ALLOW_PRIVATE": allowed}
         data_dir = tmp_path_factory.mktemp("corral")
         proc = ServerProcess(data_dir, model_url=fake_model.url, env=env).start()
         yield proc
