@@ -22,22 +22,21 @@ FORBIDDEN = {
     "service": {"api", "cli", "runtime", "store.sqlite", "store.postgres", "hands.local"},
     "demo": {"api", "brain", "service", "session", "store", "hands", "runtime"},
     "files": {"api", "brain", "hands", "models", "runtime", "cli", "demo"},
-    "skills": {"api", "brain", "hands", "models", "runtime", "cli", "demo"},
     "tools": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
-        "demo", "files", "skills",
+        "demo", "files",
     },
     "config.py": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
-        "demo", "files", "skills", "tools",
+        "demo", "files", "tools",
     },
     "netpolicy.py": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
-        "demo", "files", "skills", "tools", "config",
+        "demo", "files", "tools", "config",
     },
     "model_routes.py": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
-        "demo", "files", "skills", "tools",
+        "demo", "files", "tools",
     },
 }  # fmt: skip
 

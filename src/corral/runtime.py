@@ -31,7 +31,7 @@ from corral.service.environments import EnvironmentService
 from corral.service.events import EventService
 from corral.service.resources import SessionResources
 from corral.service.sessions import SessionService
-from corral.skills.service import SkillService
+from corral.service.skills import SkillService
 from corral.store.base import Resource, SessionRow, Store
 
 log = logging.getLogger("corral.runtime")

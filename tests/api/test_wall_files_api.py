@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from corral.files.service import served_media_type
-from corral.skills.bundle import MAX_SKILL_BYTES, MAX_SKILL_FILE_BYTES
+from corral.service.skill_bundle import MAX_SKILL_BYTES, MAX_SKILL_FILE_BYTES
 from tests.server import API_KEY, ServerProcess
 
 SKILL_MD = b"---\nname: zipped-skill\ndescription: from a zip\n---\nbody"

@@ -21,7 +21,7 @@ from corral.api.http import json_route, query_int, query_list
 from corral.errors import ApiError, BadRequest, PayloadTooLarge
 from corral.files.service import served_media_type
 from corral.runtime import Runtime
-from corral.skills.service import MAX_SKILL_BYTES, UploadedFile
+from corral.service.skills import MAX_SKILL_BYTES, UploadedFile
 
 # Room for part headers and small fields around the file bytes a cap is about.
 _MULTIPART_SLACK = 2 * 1024 * 1024

@@ -1,6 +1,6 @@
 """Skill bundles: create from uploaded files, version, download as zip, materialise for mounts.
 
-Archives are built and unpacked by `skills.bundle` (sizes counted uncompressed); this module
+Archives are built and unpacked by `service.skill_bundle` (sizes counted uncompressed); this module
 keeps the records and must not read an upload whole into memory.
 """
 
@@ -16,7 +16,7 @@ from corral.errors import BadRequest, Conflict, NotFound
 from corral.files.blobs import BlobStore
 from corral.ids import new_id, now_rfc3339
 from corral.service.common import check_limit, page_envelope
-from corral.skills.bundle import MAX_SKILL_BYTES, Bundle, UploadedFile, build, unpack
+from corral.service.skill_bundle import MAX_SKILL_BYTES, Bundle, UploadedFile, build, unpack
 from corral.store.base import Page, Resource, Store
 
 __all__ = ["MAX_SKILL_BYTES", "SkillMount", "SkillService", "UploadedFile"]

@@ -1,1 +1,0 @@
-"""Skills: versioned directories with a SKILL.md, unpacked into sandboxes at /workspace/skills."""
