@@ -45,6 +45,9 @@ _STATUS_BY_EVENT = {
     "session.status_terminated": "terminated",
 }
 
+_SUMMARY_EVENT_TYPES = frozenset({*_STATUS_BY_EVENT, "span.model_request_end"})
+"""The only events `project` changes a summary for."""
+
 _USAGE_KEYS = {
     "input_tokens": "input_tokens",
     "output_tokens": "output_tokens",
@@ -60,6 +63,12 @@ def project(summary: SessionSummary, event: dict[str, Any]) -> SessionSummary:
     elif kind == "span.model_request_end":
         _add_usage(summary.usage, event.get("model_usage") or {})
     return summary
+
+
+def touches_summary(events: Sequence[dict[str, Any]]) -> bool:
+    """Whether `project` would change a summary for any of `events` (else a store may keep the
+    summary it has without decoding or re-encoding it)."""
+    return any(event.get("type") in _SUMMARY_EVENT_TYPES for event in events)
 
 
 def _apply_status(summary: SessionSummary, status: str, at: str) -> None:
@@ -223,6 +232,12 @@ class CallBook:
             if call.state == "open":
                 call.state = "abandoned"
                 self.changed.add(call_id)
+
+
+def touches_calls(events: Sequence[dict[str, Any]]) -> bool:
+    """Whether `CallBook.apply` would do anything with any of `events` (else a store may skip
+    loading, folding and saving the book)."""
+    return any(event.get("type") in _CALL_EVENT_TYPES for event in events)
 
 
 def referenced_calls(events: Sequence[dict[str, Any]]) -> list[str]:

@@ -1,6 +1,8 @@
 """`SqliteStore`: the embedded default backend (one WAL file, one process).
 
 Leases use this process's wall clock; the fence check runs inside the append's transaction.
+Appends read and write the session row through `_Heads`, the single writer's cache of it,
+written back once per group commit.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -26,7 +28,13 @@ from corral.session.log import (
     SessionSummary,
     StoredEvent,
 )
-from corral.session.projection import CallBook, project, referenced_calls
+from corral.session.projection import (
+    CallBook,
+    project,
+    referenced_calls,
+    touches_calls,
+    touches_summary,
+)
 from corral.session.queue import QueueStatus
 from corral.store import sqlite_calls
 from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
@@ -43,7 +51,8 @@ class SqliteStore:
     """Event log, wake queue and resources in one SQLite file."""
 
     def __init__(self, path: Path, *, fencing: bool = True) -> None:
-        self.db = SqliteDatabase(path)
+        self._heads = _Heads()  # touched only on the writer thread
+        self.db = SqliteDatabase(path, self._heads)
         self.hub = Hub()
         self._work_ready = anyio.Event()
         self._fencing = fencing  # False only in tests that prove the chaos checker can fail
@@ -65,7 +74,7 @@ class SqliteStore:
 
     async def aclose(self) -> None:
         """Flush pending writes and close."""
-        await anyio.to_thread.run_sync(self.db.close)
+        await self.db.aclose()
 
     # ---- event log -------------------------------------------------------------------
 
@@ -79,9 +88,9 @@ class SqliteStore:
     ) -> list[StoredEvent]:
         """Append atomically after checking the fence; see `EventLog.append`."""
         bodies = [dict(e) for e in events]
-        fencing = self._fencing
+        fencing, heads = self._fencing, self._heads
         stored = await self.db.write(
-            lambda c: _append(c, session_id, bodies, fence, wake, check=fencing)
+            lambda c: _append(c, heads, session_id, bodies, fence, wake, check=fencing)
         )
         return self._appended(session_id, stored, wake)
 
@@ -95,8 +104,9 @@ class SqliteStore:
     ) -> list[StoredEvent]:
         """Validate and append in the single writer's transaction; see `Store.append_checked`."""
         bodies = [dict(e) for e in events]
+        heads = self._heads
         stored = await self.db.write(
-            lambda c: _append(c, session_id, bodies, None, wake, validate=check)
+            lambda c: _append(c, heads, session_id, bodies, None, wake, validate=check)
         )
         return self._appended(session_id, stored, wake)
 
@@ -346,7 +356,7 @@ class SqliteStore:
                     json.dumps(row.summary.stats),
                 ),
             )
-            return _append(conn, row.id, bodies, None, bool(bodies)) if bodies else []
+            return _append(conn, self._heads, row.id, bodies, None, True) if bodies else []
 
         await self.db.write(run)
         if bodies:
@@ -387,6 +397,7 @@ class SqliteStore:
             conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM session_work WHERE session_id = ?", (session_id,))
+            self._heads.forget(session_id)  # last: a failed delete keeps the cached row
             return cur.rowcount == 1
 
         deleted = await self.db.write(run)
@@ -413,8 +424,114 @@ class SqliteStore:
 # ---- SQL helpers (run on the writer or a reader thread) ---------------------------------
 
 
+class _Head(NamedTuple):
+    """The session-row columns an append reads and writes. Immutable: an append installs a new
+    one, so that dropping a transaction's heads undoes it."""
+
+    last_seq: int
+    status: str
+    usage: str  # JSON text, as stored: re-encoded only when an event changes it
+    stats: str
+    interrupt_pending: bool
+    updated_at: str | None
+
+
+_HEAD_SELECT = (
+    "SELECT last_seq, status, usage, stats, interrupt_pending, updated_at FROM sessions "
+    "WHERE id = ?"
+)
+_HEAD_UPDATE = (
+    "UPDATE sessions SET last_seq = ?, status = ?, usage = ?, stats = ?, interrupt_pending = ?, "
+    "updated_at = ? WHERE id = ?"
+)
+_encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+"""JSON text of a logged event (compact: fewer bytes to fsync; bodies come from JSON, so they
+have no cycles to check for)."""
+_HEADS_KEPT = 10_000  # committed heads kept between transactions, least recently used dropped
+
+
+class _Heads:
+    """The single writer's cache of session rows, and its transaction's timestamp
+    (`sqlite_db.TransactionHooks`).
+
+    Nothing but the writer thread writes the file in the embedded deployment, so after a commit
+    the cache equals the rows; `PRAGMA data_version` still tells at each BEGIN whether another
+    connection committed since (a second process, a test editing the file): then the cache is
+    dropped. A transaction's new heads stay in `dirty` until they are written back with one
+    UPDATE per session just before COMMIT, and are only then kept; any failure of the
+    transaction drops every head, so the next append reads the row again.
+
+    `now` is read once per transaction: every event the transaction logs is processed at the
+    same instant, as with the events of one append.
+    """
+
+    def __init__(self) -> None:
+        self._clean: dict[str, _Head] = {}
+        self.dirty: dict[str, _Head] = {}
+        self._data_version: int | None = None
+        self.now = ""
+
+    def get(self, conn: sqlite3.Connection, session_id: str) -> _Head | None:
+        """The session's head as of this point of the transaction; None if no such session."""
+        head = self.dirty.get(session_id) or self._clean.get(session_id)
+        if head is not None:
+            return head
+        row = conn.execute(_HEAD_SELECT, (session_id,)).fetchone()
+        if row is None:
+            return None
+        return _Head(int(row[0]), row[1], row[2], row[3], bool(row[4]), row[5])
+
+    def put(self, session_id: str, head: _Head) -> None:
+        """Install the head an append produced (its last step: see `TransactionHooks`)."""
+        self.dirty[session_id] = head
+
+    def forget(self, session_id: str) -> None:
+        """The row is gone (or changed behind the cache's back)."""
+        self.dirty.pop(session_id, None)
+        self._clean.pop(session_id, None)
+
+    def begin(self, conn: sqlite3.Connection) -> None:
+        self.now = now_rfc3339()
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._clean.clear()
+            self._data_version = version
+
+    def before_commit(self, conn: sqlite3.Connection) -> None:
+        if self.dirty:
+            conn.executemany(
+                _HEAD_UPDATE,
+                [
+                    (
+                        h.last_seq,
+                        h.status,
+                        h.usage,
+                        h.stats,
+                        int(h.interrupt_pending),
+                        h.updated_at,
+                        sid,
+                    )
+                    for sid, h in self.dirty.items()
+                ],
+            )
+
+    def committed(self) -> None:
+        clean = self._clean
+        for session_id, head in self.dirty.items():
+            clean.pop(session_id, None)  # re-inserted last: most recently used
+            clean[session_id] = head
+        self.dirty.clear()
+        while len(clean) > _HEADS_KEPT:
+            del clean[next(iter(clean))]
+
+    def rolled_back(self) -> None:
+        self.dirty.clear()
+        self._clean.clear()
+
+
 def _append(
     conn: sqlite3.Connection,
+    heads: _Heads,
     session_id: str,
     bodies: list[dict[str, Any]],
     fence: Fence | None,
@@ -425,25 +542,44 @@ def _append(
 ) -> list[StoredEvent]:
     """Check fence and events, then write; nothing is written before every check passed, so
     a refused append leaves the writer's transaction untouched (see `sqlite_db`)."""
-    row = conn.execute(
-        "SELECT last_seq, status, usage, stats, interrupt_pending FROM sessions WHERE id = ?",
-        (session_id,),
-    ).fetchone()
-    if row is None:
+    head = heads.get(conn, session_id)
+    if head is None:
         raise NotFound(f"session {session_id} not found")
     if fence is not None and check:
         _check_fence(conn, fence)
-    book = CallBook(session_id=session_id, status=row[1], interrupt_pending=bool(row[4]))
-    sqlite_calls.load_calls(conn, book, referenced_calls(bodies))
-    for index, body in enumerate(bodies):
-        if validate is not None:
-            validate(book, index, body)
-        book.apply(index, body)
-    writer = (fence.owner, fence.token) if fence is not None else (None, None)
-    seq = int(row[0])
-    summary = SessionSummary(status=row[1], usage=json.loads(row[2]), stats=json.loads(row[3]))
-    now = now_rfc3339()
+    book = None
+    if validate is not None or touches_calls(bodies):  # most events never touch a call
+        book = CallBook(
+            session_id=session_id, status=head.status, interrupt_pending=head.interrupt_pending
+        )
+        sqlite_calls.load_calls(conn, book, referenced_calls(bodies))
+        for index, body in enumerate(bodies):
+            if validate is not None:
+                validate(book, index, body)
+            book.apply(index, body)
+    now = heads.now
+    stored = _insert_events(conn, session_id, head.last_seq, bodies, fence, now)
+    if book is not None:
+        sqlite_calls.save_calls(conn, book)
+    status, usage, stats = _summarise(head, bodies)
+    if wake:
+        _mark_pending(conn, session_id, time.time())
+    pending = book.interrupt_pending if book is not None else head.interrupt_pending
+    heads.put(session_id, _Head(head.last_seq + len(bodies), status, usage, stats, pending, now))
+    return stored
+
+
+def _insert_events(
+    conn: sqlite3.Connection,
+    session_id: str,
+    last_seq: int,
+    bodies: list[dict[str, Any]],
+    fence: Fence | None,
+    now: str,
+) -> list[StoredEvent]:
+    owner, token = (fence.owner, fence.token) if fence is not None else (None, None)
     stored = []
+    seq = last_seq
     for body in bodies:
         seq += 1
         body.setdefault("processed_at", now)
@@ -451,29 +587,24 @@ def _append(
             conn.execute(
                 "INSERT INTO events (session_id, seq, id, type, created_at, body, writer_owner, "
                 "writer_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, seq, body["id"], body["type"], now, json.dumps(body), *writer),
+                (session_id, seq, body["id"], body["type"], now, _encode(body), owner, token),
             )
         except sqlite3.IntegrityError as exc:
             raise Conflict(f"event id {body['id']} already exists") from exc
-        project(summary, body)
         stored.append(StoredEvent(session_id=session_id, seq=seq, body=body))
-    sqlite_calls.save_calls(conn, book)
-    conn.execute(
-        "UPDATE sessions SET last_seq = ?, status = ?, usage = ?, stats = ?, updated_at = ?, "
-        "interrupt_pending = ? WHERE id = ?",
-        (
-            seq,
-            summary.status,
-            json.dumps(summary.usage),
-            json.dumps(summary.stats),
-            now,
-            int(book.interrupt_pending),
-            session_id,
-        ),
-    )
-    if wake:
-        _mark_pending(conn, session_id, time.time())
     return stored
+
+
+def _summarise(head: _Head, bodies: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """Status, usage and stats (JSON) of the row after `bodies` (stamped already)."""
+    if not touches_summary(bodies):
+        return head.status, head.usage, head.stats
+    summary = SessionSummary(
+        status=head.status, usage=json.loads(head.usage), stats=json.loads(head.stats)
+    )
+    for body in bodies:
+        project(summary, body)
+    return summary.status, _encode(summary.usage), _encode(summary.stats)
 
 
 def _check_fence(conn: sqlite3.Connection, fence: Fence) -> None:

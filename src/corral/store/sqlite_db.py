@@ -1,7 +1,10 @@
 """SQLite plumbing: one writer thread doing group commit, thread-local readers, migrations.
 
 Writes from many coroutines are batched into one transaction (each in its own SAVEPOINT so
-one failure does not undo the others), which is how durable appends keep up under load.
+one failure does not undo the others), which is how durable appends keep up under load. The
+writes an event loop submits during one iteration reach the writer as one list, so that a burst
+of coroutines woken by the same commit lands in the same next commit, for one wake-up.
+A caller may keep writer-side state in step with the transactions through `TransactionHooks`.
 Knows no table semantics.
 """
 
@@ -15,7 +18,7 @@ import threading
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio.to_thread
 
@@ -26,7 +29,45 @@ _MAX_BATCH = 256
 _STOP = object()
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+class TransactionHooks(Protocol):
+    """Called on the writer thread around each group-commit transaction, so that a caller can
+    cache what its writes need between transactions and write it back once per commit.
+
+    An op that raises must leave the hooks' state as it found it (change it as the op's last
+    step): its own writes are undone without the others' (savepoint, or nothing written).
+    """
+
+    def begin(self, conn: sqlite3.Connection) -> None:
+        """Right after BEGIN IMMEDIATE (the write lock is held)."""
+
+    def before_commit(self, conn: sqlite3.Connection) -> None:
+        """The transaction's last statements, after every op of the batch; raising fails the
+        whole batch."""
+
+    def committed(self) -> None:
+        """After a successful COMMIT."""
+
+    def rolled_back(self) -> None:
+        """The transaction is being rolled back or failed to commit: forget its changes."""
+
+
+class _NoHooks:
+    def begin(self, conn: sqlite3.Connection) -> None:
+        pass
+
+    def before_commit(self, conn: sqlite3.Connection) -> None:
+        pass
+
+    def committed(self) -> None:
+        pass
+
+    def rolled_back(self) -> None:
+        pass
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection with the store's PRAGMAs (WAL, synchronous=FULL); `bench/log.py`'s bare
+    baseline opens its database with this too, so both pay the same fsyncs."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
@@ -39,9 +80,11 @@ def _connect(path: Path) -> sqlite3.Connection:
 class SqliteDatabase:
     """A WAL database file with a single writer thread and a reader per worker thread."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, hooks: TransactionHooks | None = None) -> None:
         self.path = path
-        self._ops: queue.Queue[Any] = queue.Queue()
+        self._hooks: TransactionHooks = hooks if hooks is not None else _NoHooks()
+        self._ops: queue.Queue[Any] = queue.Queue()  # lists of ops, or _STOP
+        self._pending: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # this tick's, per loop
         self._writer: threading.Thread | None = None
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -51,15 +94,20 @@ class SqliteDatabase:
     def open(self) -> None:
         """Create the file, apply migrations, start the writer."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = _connect(self.path)
+        conn = connect(self.path)
         _migrate(conn)
         self._writer = threading.Thread(
             target=self._write_loop, args=(conn,), name="corral-sqlite-writer", daemon=True
         )
         self._writer.start()
 
+    async def aclose(self) -> None:
+        """`close` from an event loop, after handing over the writes it submitted this tick."""
+        self._submit(asyncio.get_running_loop())
+        await anyio.to_thread.run_sync(self.close)
+
     def close(self) -> None:
-        """Stop the writer after pending writes; close readers."""
+        """Stop the writer after the writes queued so far; close readers."""
         if self._writer is not None:
             self._ops.put(_STOP)
             self._writer.join()
@@ -73,8 +121,18 @@ class SqliteDatabase:
         """Run `fn` in the writer's next transaction; returns after COMMIT."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._ops.put((fn, loop, future))
+        pending = self._pending.get(loop)
+        if pending is None:  # the tick's first write: hand the tick's writes over after it
+            self._pending[loop] = [(fn, loop, future)]
+            loop.call_soon(self._submit, loop)
+        else:
+            pending.append((fn, loop, future))
         return await future
+
+    def _submit(self, loop: asyncio.AbstractEventLoop) -> None:
+        ops = self._pending.pop(loop, None)
+        if ops:
+            self._ops.put(ops)
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn` on this worker thread's reader connection."""
@@ -83,7 +141,7 @@ class SqliteDatabase:
     def _read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = _connect(self.path)
+            conn = connect(self.path)
             self._local.conn = conn
             with self._readers_lock:
                 self._readers.append(conn)
@@ -95,34 +153,43 @@ class SqliteDatabase:
             if first is _STOP:
                 conn.close()
                 return
-            batch = [first]
+            batch = list(first)
             while len(batch) < _MAX_BATCH:
                 try:
-                    op = self._ops.get_nowait()
+                    ops = self._ops.get_nowait()
                 except queue.Empty:
                     break
-                if op is _STOP:
+                if ops is _STOP:
                     self._ops.put(_STOP)
                     break
-                batch.append(op)
-            self._run_batch(conn, batch)
+                batch.extend(ops)
+            for start in range(0, len(batch), _MAX_BATCH):
+                self._run_batch(conn, batch[start : start + _MAX_BATCH])
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
+        hooks = self._hooks
         try:
-            outcomes = _optimistic(conn, batch)
+            outcomes = _optimistic(conn, batch, hooks)
             if outcomes is None:  # some op failed: redo, isolating each op in a savepoint
+                hooks.rolled_back()
                 conn.execute("BEGIN IMMEDIATE")
+                hooks.begin(conn)
                 outcomes = [_run_in_savepoint(conn, op[0]) for op in batch]
+            hooks.before_commit(conn)
             conn.execute("COMMIT")
+            hooks.committed()
             self.commits += 1
         except BaseException as exc:  # the whole batch failed to commit: fail every op
+            hooks.rolled_back()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             outcomes = [(False, exc)] * len(batch)
         _resolve(batch, outcomes)
 
 
-def _optimistic(conn: sqlite3.Connection, batch: list[Any]) -> list[tuple[bool, Any]] | None:
+def _optimistic(
+    conn: sqlite3.Connection, batch: list[Any], hooks: TransactionHooks
+) -> list[tuple[bool, Any]] | None:
     """Run every op in one transaction without savepoints (the common case: nothing fails).
 
     Returns the outcomes with the transaction still open, or None after rolling back if an
@@ -131,6 +198,7 @@ def _optimistic(conn: sqlite3.Connection, batch: list[Any]) -> list[tuple[bool, 
     transaction as it found it: its error is its outcome and the batch goes on.
     """
     conn.execute("BEGIN IMMEDIATE")
+    hooks.begin(conn)
     outcomes: list[tuple[bool, Any]] = []
     for op in batch:
         changes = conn.total_changes
@@ -198,7 +266,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
 
 def schema_version(path: Path) -> int:
     """The schema version of the database at `path` (applying migrations first)."""
-    conn = _connect(path)
+    conn = connect(path)
     try:
         _migrate(conn)
         row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
