@@ -23,6 +23,9 @@ _SIGKILL_STATUS = 128 + int(signal.SIGKILL)
 _MEMORY_HINTS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
 _FILE_SIZE_HINTS = ("File too large", "File size limit exceeded")
 _GRACE_SECONDS = 0.5
+_NPROC_HEADROOM = 16
+"""RLIMIT_NPROC counts every task of the sandbox's uid, the namespace's init and this agent
+(with its threads) included; the host's INFRA_TASKS leaves the same room in pids.max."""
 
 
 def user_pids() -> set[int]:
@@ -154,10 +157,11 @@ class Shell:
         import resource
 
         lim = self._limits
+        nproc = lim["max_processes"] + _NPROC_HEADROOM
         pairs = [
             (resource.RLIMIT_CPU, lim["cpu_seconds"], lim["cpu_seconds"] + 1),
             (resource.RLIMIT_DATA, lim["memory_bytes"], lim["memory_bytes"]),
-            (resource.RLIMIT_NPROC, lim["max_processes"], lim["max_processes"]),
+            (resource.RLIMIT_NPROC, nproc, nproc),
             (resource.RLIMIT_CORE, 0, 0),
         ]
         if lim.get("rlimit_as"):
