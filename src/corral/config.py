@@ -48,6 +48,13 @@ class Settings:
     sse_ping_seconds: float = 15.0
     """Keep-alive interval on idle SSE streams (the SDK's read timeout is 600 s)."""
     bwrap: str = "bwrap"
+    sandbox_uid_range: tuple[int, int] = (1_879_048_192, 1_879_113_727)
+    """Host uids (and gids of the same numbers) for sandboxes when the server runs as root:
+    one per session, owning nothing but its workspace and outputs. The default,
+    0x70000000-0x7000ffff, lies where systemd's UIDS-GIDS.md assigns nothing (above its
+    container ranges, below 2^31) and above useradd's subordinate ids (SUB_UID_MAX defaults
+    to 600100000). No account or other service may use these uids, and two servers with
+    different data dirs on one host need ranges that do not overlap."""
     model_routes: tuple[ModelRoute, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     """The server's environment, for providers' credentials (never forwarded to sandboxes)."""
@@ -116,6 +123,8 @@ def _from_toml(doc: dict[str, Any]) -> dict[str, Any]:
     }
     if "data_dir" in server:
         out["data_dir"] = Path(server["data_dir"])
+    if "sandbox_uid_range" in server:
+        out["sandbox_uid_range"] = _uid_range(server["sandbox_uid_range"])
     if "models" in doc:
         out["model_routes"] = tuple(parse_routes(doc["models"]))
     egress = doc.get("egress", {})
@@ -178,9 +187,29 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     for key in ("max_files", "max_bytes_per_call", "max_bytes_per_session"):
         if env.get(f"CORRAL_OUTPUTS_{key.upper()}"):
             out[f"outputs_{key}"] = int(env[f"CORRAL_OUTPUTS_{key.upper()}"])
+    if env.get("CORRAL_SANDBOX_UID_RANGE"):
+        out["sandbox_uid_range"] = _uid_range(env["CORRAL_SANDBOX_UID_RANGE"])
     if env.get("CORRAL_API_KEYS"):
         out["api_keys"] = tuple(k.strip() for k in env["CORRAL_API_KEYS"].split(",") if k.strip())
     return out
+
+
+def _uid_range(value: object) -> tuple[int, int]:
+    """A uid range from "FIRST-LAST" or [FIRST, LAST]; raises ValueError naming the fault."""
+    first: object = None
+    last: object = None
+    if isinstance(value, list) and len(value) == 2:
+        first, last = value
+    elif isinstance(value, str):
+        head, _, tail = value.strip().partition("-")
+        if head.strip().isdigit() and tail.strip().isdigit():
+            first, last = int(head), int(tail)
+    if type(first) is not int or type(last) is not int:
+        raise ValueError(f'sandbox_uid_range must look like "FIRST-LAST", got {value!r}')
+    # 0 is root, 65534 nobody, 65535 and 2^32-1 are (uid_t)-1 to old and new software
+    if not 0 < first <= last < 2**32 - 1 or any(first <= u <= last for u in (65534, 65535)):
+        raise ValueError(f"sandbox_uid_range {first}-{last} is not a range of ordinary uids")
+    return first, last
 
 
 def ensure_api_keys(settings: Settings) -> tuple[Settings, str | None]:
@@ -193,7 +222,7 @@ def ensure_api_keys(settings: Settings) -> tuple[Settings, str | None]:
     key_file = settings.data_dir / "api_key"
     if key_file.exists():
         return replace(settings, api_keys=(key_file.read_text().strip(),)), None
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = "crl_" + secrets.token_urlsafe(32)
     fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:

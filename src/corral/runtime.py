@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from corral.errors import HandsError
 from corral.files.blobs import LocalBlobStore
 from corral.files.outputs import OutputCollector, OutputLimits
 from corral.files.service import FileService
-from corral.hands.base import Limits, Mount, Networking, SandboxRecipe
+from corral.hands.base import SKILLS_DIR, Limits, Mount, Networking, SandboxRecipe
 from corral.hands.layers import LayerBuilder, PackageSpec, layer_env, layer_mount
 from corral.hands.workspaces import SessionDirs
 from corral.models.base import ModelClient
@@ -77,8 +78,10 @@ def _scripted_model() -> ModelClient:
 @asynccontextmanager
 async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     """Open the store and wire everything; closes it all on exit."""
+    from corral.hands._uids import UidRange
     from corral.hands.local import LocalHands
 
+    await anyio.to_thread.run_sync(secure_data_dir, settings.data_dir)
     store = open_store(settings)
     await store.open()
     models = ModelRouter(
@@ -104,7 +107,12 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         """After each call; returns notes on refused outputs for the tool result."""
         return await outputs.collect(recipe.session_id, recipe.outputs)
 
-    hands = LocalHands(settings.data_dir / "sandboxes", settings.bwrap, egress=settings.egress)
+    hands = LocalHands(
+        settings.data_dir / "sandboxes",
+        settings.bwrap,
+        egress=settings.egress,
+        uid_range=UidRange(*settings.sandbox_uid_range),
+    )
     layers = LayerBuilder(hands, settings.data_dir / "layers")
     sandboxes = SandboxPool(
         hands,
@@ -146,6 +154,19 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
             await store.aclose()
 
 
+DATA_SUBDIRS = ("sessions", "sandboxes", "blobs", "skills", "layers")
+
+
+def secure_data_dir(data_dir: Path) -> None:
+    """Create the data dir and its top-level directories, and make them all 0700 (older data
+    dirs included): they hold the database, every session's files and the sandboxes' state,
+    and neither a sandbox's uid nor any other user may walk into them."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for path in (data_dir, *(data_dir / sub for sub in DATA_SUBDIRS)):
+        path.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
+
+
 def recipe_factory(
     settings: Settings,
     store: Store,
@@ -174,8 +195,8 @@ def recipe_factory(
             mounts.append(layer_mount(await layers.ensure(spec)))
             extra_env.update(layer_env())
         base = settings.data_dir / "sessions" / session_id
-        for sub in ("workspace", "outputs"):
-            (base / sub).mkdir(parents=True, exist_ok=True)
+        for sub in ("workspace", "outputs"):  # the sandbox's uid is made their owner later
+            (base / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         return SandboxRecipe(
             session_id=session_id,
             workspace=base / "workspace",
@@ -276,7 +297,8 @@ def _networking(config: dict[str, Any]) -> Networking:
 async def _resource_mounts(
     session: dict[str, Any], files: FileService, skills: SkillService
 ) -> list[Mount]:
-    """Read-only mounts of the session's file resources and its agent's skills."""
+    """Read-only mounts of the session's file resources and its agent's skills (the latter at
+    `/mnt/skills/<name>`: a mount point is never inside /workspace, which the sandbox writes)."""
     mounts = []
     for resource in session.get("resources") or []:
         if resource.get("type") == "file":
@@ -293,7 +315,7 @@ async def _resource_mounts(
         mounts.append(
             Mount(
                 host_path=skill.host_dir,
-                sandbox_path=f"/workspace/skills/{skill.name}",
+                sandbox_path=f"{SKILLS_DIR}/{skill.name}",
                 read_only=True,
             )
         )

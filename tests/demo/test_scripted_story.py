@@ -64,7 +64,7 @@ def request_for(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> 
 
 def run_tool(data: Path, played: Played, name: str, tool_input: dict[str, Any]) -> tuple[str, bool]:
     if name == "read":
-        path = Path(tool_input["file_path"].replace("/workspace/", f"{data}/"))
+        path = Path(tool_input["file_path"].replace("/mnt/skills/", f"{data}/skills/"))
         return (path.read_text(), False) if path.exists() else (f"no such file {path}", True)
     if name == "bash":
         command = tool_input["command"].replace(LOG_PATH, str(data / "app.log"))

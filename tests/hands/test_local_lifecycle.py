@@ -87,7 +87,9 @@ async def test_aclose_destroys_every_sandbox(tmp_path: Path) -> None:
     sandboxes = [await hands.provision(make_recipe(tmp_path, f"s{i}")) for i in range(3)]
     await hands.aclose()
     assert not any(s.alive for s in sandboxes)
-    assert list((tmp_path / "state").iterdir()) == []
+    # only the sessions' host uids stay: they outlive a process, as the sessions do
+    left = {p.name for p in (tmp_path / "state").iterdir()}
+    assert left <= {"uids"}
     with pytest.raises(HandsError) as caught:
         await hands.provision(make_recipe(tmp_path))
     assert caught.value.code == "closed"

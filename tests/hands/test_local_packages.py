@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import anyio
@@ -60,6 +61,11 @@ async def test_a_pip_layer_is_built_once_and_importable(
     other_process = LayerBuilder(local_hands, tmp_path / "layers")
     assert await other_process.ensure(spec) == layers[0] and other_process.builds == 0
     assert builds_logged(builder, spec) == 1
+    # sealed: the server's, writable by no one else (the build ran as another uid), no setuid
+    for path in (layers[0], *layers[0].rglob("*")):
+        st = path.lstat()
+        assert st.st_uid == os.geteuid(), path
+        assert path.is_symlink() or not st.st_mode & 0o7022, path
 
     recipe = make_recipe(
         tmp_path,

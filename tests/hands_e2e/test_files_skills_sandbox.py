@@ -64,7 +64,7 @@ def test_mounted_file_grep_output_and_skill(
             Turn(
                 [
                     ToolUse(
-                        "read", {"file_path": "/workspace/skills/incident-triage-runbook/SKILL.md"}
+                        "read", {"file_path": "/mnt/skills/incident-triage-runbook/SKILL.md"}
                     )
                 ]
             ),

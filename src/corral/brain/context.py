@@ -63,7 +63,7 @@ def system_prompt(agent: dict[str, Any], skills: Sequence[tuple[str, str]]) -> s
     lines = [f"- {name}: {description or '(no description)'}" for name, description in skills]
     section = (
         "<skills>\nThese skills are available in your sandbox. Before using one, read its "
-        "instructions at /workspace/skills/<name>/SKILL.md.\n" + "\n".join(lines) + "\n</skills>"
+        "instructions at /mnt/skills/<name>/SKILL.md.\n" + "\n".join(lines) + "\n</skills>"
     )
     return f"{base}\n\n{section}" if base else section
 

@@ -67,7 +67,7 @@ class LocalBlobStore:
         return await anyio.to_thread.run_sync(self._put_sync, source, max_bytes)
 
     def _put_sync(self, source: BinaryIO, max_bytes: int) -> Blob:
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # no sandbox uid may walk in
         digest = hashlib.sha256()
         size = 0
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".upload-")

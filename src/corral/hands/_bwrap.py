@@ -1,6 +1,8 @@
 """What a sandbox sees of the host (a generated /etc, /usr read-only, the agent, its recipe dirs).
 
-It must not bind anything else: no host /etc, /root, /proc, data dir or other workspaces.
+Every mount source comes as an fd the server opened (see `_sources`), and every mount point
+is made on the sandbox's fresh root tmpfs, never inside a tree the sandbox can write. It must
+not bind anything else: no host /etc, /root, /sys, data dir or other workspaces.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from corral.errors import HandsError
 from corral.hands._agent.main import boot_code
+from corral.hands._sources import Owner, open_source, private_dirs
 from corral.hands.base import SandboxRecipe
 
 UID = GID = 1000
@@ -25,7 +28,13 @@ PROXY_SOCKET = "/run/corral/egress.sock"
 PROXY_PORT = 3128
 HOSTNAME = "sandbox"
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_RESERVED = ("/usr", "/etc", "/proc", "/dev", "/tmp", "/run/corral", AGENT_MOUNT)
+_RESERVED = (
+    "/usr", "/etc", "/proc", "/dev", "/tmp", "/run/corral", AGENT_MOUNT, WORKDIR, OUTPUTS_DIR,
+)  # fmt: skip
+"""No mount at, above or below these: the system, and the trees the sandbox can write."""
+_PROC_READ_ONLY = ("sys", "sysrq-trigger")
+"""Kernel knobs under /proc, read-only although the sandbox's uid could not write them anyway
+(bwrap covers /proc/irq and /proc/bus itself, but skips these when it cannot write them)."""
 _TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _ETC_COPIED = (
     "alternatives", "ssl/certs", "ssl/openssl.cnf", "ca-certificates.conf", "ld.so.cache",
@@ -58,6 +67,9 @@ class HostLayout:
     state_dir: Path
     etc_dir: Path
     agent_dir: Path
+    launcher: Path
+    fds: tuple[int, ...]
+    """O_PATH fds of etc_dir and agent_dir, used by `system_args`; closed by `close`."""
     system_args: tuple[str, ...]
 
 
@@ -80,19 +92,32 @@ def prepare(root_dir: Path, bwrap: str, python: str) -> HostLayout:
             f"{python} is needed inside sandboxes; install the Debian package `python3-minimal`",
             retryable=False,
         )
+    private_dirs(root_dir)
+    os.chmod(root_dir, 0o700)  # sandboxes' uids must not walk in, even from an older layout
     state_dir = root_dir / f"host-{secrets.token_hex(4)}"
-    state_dir.mkdir(parents=True)
-    (state_dir / "run").mkdir()
+    state_dir.mkdir(mode=0o700)
+    (state_dir / "run").mkdir(mode=0o700)
     etc_dir = _build_etc(state_dir / "etc")
     agent_dir = _install_agent(state_dir / "agent", python)
+    launcher = state_dir / "launch.py"
+    shutil.copyfile(Path(__file__).with_name("_launch.py"), launcher)
+    fds = (open_source(etc_dir), open_source(agent_dir))
     return HostLayout(
         bwrap=found,
         python=python,
         state_dir=state_dir,
         etc_dir=etc_dir,
         agent_dir=agent_dir,
-        system_args=tuple(_system_args(etc_dir, agent_dir)),
+        launcher=launcher,
+        fds=fds,
+        system_args=tuple(_system_args(*fds)),
     )
+
+
+def close(layout: HostLayout) -> None:
+    """Close the layout's fds (the provider is closing)."""
+    for fd in layout.fds:
+        os.close(fd)
 
 
 def _build_etc(etc: Path) -> Path:
@@ -128,7 +153,7 @@ def _install_agent(dest: Path, python: str) -> Path:
     return dest
 
 
-def _system_args(etc_dir: Path, agent_dir: Path) -> list[str]:
+def _system_args(etc_fd: int, agent_fd: int) -> list[str]:
     args = ["--ro-bind", "/usr", "/usr"]
     for name in _TOP_LEVEL:
         host = Path("/") / name
@@ -136,12 +161,13 @@ def _system_args(etc_dir: Path, agent_dir: Path) -> list[str]:
             args += ["--symlink", os.readlink(host), f"/{name}"]
         elif host.is_dir():
             args += ["--ro-bind", str(host), f"/{name}"]
-    args += ["--ro-bind", str(etc_dir), "/etc", "--ro-bind", str(agent_dir), AGENT_MOUNT]
+    args += ["--ro-bind-fd", str(etc_fd), "/etc", "--ro-bind-fd", str(agent_fd), AGENT_MOUNT]
     return args
 
 
 def check_sandbox_path(path: str) -> str:
-    """A normalised absolute mount point that does not shadow the system.
+    """A normalised absolute mount point that shadows neither the system nor, above all, lies
+    in /workspace or the outputs dir (where the sandbox could swap a parent for a symlink).
 
     Raises:
         HandsError: `invalid_recipe`.
@@ -185,10 +211,11 @@ def build_args(
     *,
     env: dict[str, str],
     fds: dict[str, int],
-    proxy_socket: Path | None,
 ) -> list[str]:
     """bwrap's options, to pass through `--args FD` so /proc/1/cmdline shows no host paths.
 
+    `fds` holds the seccomp/info/block fds and the mount sources from `_sources`
+    (`src:workspace`, `src:outputs`, `src:mount<i>` per recipe mount, `src:proxy`).
     The command (see `command`) must follow on the real argv: bwrap does not take it from FD.
     """
     limits = recipe.limits
@@ -200,23 +227,40 @@ def build_args(
     for key, value in env.items():
         args += ["--setenv", key, value]
     args += layout.system_args
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--proc", "/proc"]
+    for name in _PROC_READ_ONLY:
+        args += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+    args += ["--dev", "/dev"]
     # tmpfs pages count against the memory limit: keep both below it so a full /tmp is ENOSPC
     args += ["--size", str(limits.memory_bytes // 4), "--tmpfs", "/dev/shm"]
     args += ["--size", str(limits.memory_bytes // 2), "--perms", "1777", "--tmpfs", "/tmp"]
     args += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
-    args += ["--bind", str(recipe.workspace), WORKDIR]
-    args += ["--bind", str(recipe.outputs), OUTPUTS_DIR]
-    for mount in recipe.mounts:
-        kind = "--ro-bind" if mount.read_only else "--bind"
-        args += [kind, str(mount.host_path), check_sandbox_path(mount.sandbox_path)]
-    if proxy_socket is not None:
-        args += ["--bind", str(proxy_socket), PROXY_SOCKET]
+    args += ["--bind-fd", str(fds["src:workspace"]), WORKDIR]
+    args += ["--bind-fd", str(fds["src:outputs"]), OUTPUTS_DIR]
+    for i, mount in enumerate(recipe.mounts):
+        kind = "--ro-bind-fd" if mount.read_only else "--bind-fd"
+        args += [kind, str(fds[f"src:mount{i}"]), check_sandbox_path(mount.sandbox_path)]
+    if "src:proxy" in fds:
+        args += ["--bind-fd", str(fds["src:proxy"]), PROXY_SOCKET]
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORKDIR]
     args += ["--seccomp", str(fds["seccomp"]), "--info-fd", str(fds["info"])]
     if "block" in fds:
         args += ["--block-fd", str(fds["block"])]
     return args
+
+
+def launch(layout: HostLayout, owner: Owner, fds: dict[str, int]) -> list[str]:
+    """The argv up to bwrap: bwrap itself when the server already is `owner`, else (the server
+    is root) the launcher that stages the mount sources and becomes `owner` first, so that no
+    sandbox process is ever host root."""
+    if owner == (os.geteuid(), os.getegid()):
+        return [layout.bwrap]
+    staged = [*layout.fds, *(fd for key, fd in fds.items() if key.startswith("src:"))]
+    uid, gid = owner
+    return [
+        layout.python, "-I", "-S", "-B", str(layout.launcher),
+        str(uid), str(gid), ",".join(map(str, staged)), "--", layout.bwrap,
+    ]  # fmt: skip
 
 
 def command(layout: HostLayout) -> list[str]:

@@ -1,6 +1,9 @@
-"""Starting one bubblewrap sandbox: host-side parts (proxy, cgroups), bwrap, cgroup placement.
+"""Starting one bubblewrap sandbox: host-side parts (proxy, cgroups, mount sources), bwrap,
+cgroup placement.
 
 bwrap blocks on `--block-fd` until its init is in the cgroups, and gets an empty environment.
+It runs as the sandbox's host uid (`Parts.owner`), never as the server's root; placing it in
+its cgroups stays the server's job.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from corral.hands._agent.wire import encode_request
 from corral.hands._channel import new_id
 from corral.hands._egress import PACKAGE_MANAGER_HOSTS, EgressProxy, HostPolicy
 from corral.hands._seccomp import build_filter
+from corral.hands._sources import Owner, give_to, open_owned_dir, open_source, private_dirs
 from corral.hands.base import SandboxRecipe
 from corral.netpolicy import EgressSettings
 
@@ -30,27 +34,40 @@ INFRA_TASKS = 16
 
 
 def check_recipe(recipe: SandboxRecipe) -> None:
-    """Create the recipe's directories and refuse mounts that cannot work.
+    """Create the recipe's directories and refuse mounts that cannot work, or whose mount
+    point would lie in a tree the sandbox can write (a read-write mount included): there it
+    could swap a parent directory for a symlink before the next provision.
 
     Raises:
         HandsError: `invalid_recipe`.
     """
     for d in (recipe.workspace, recipe.outputs):
-        d.mkdir(parents=True, exist_ok=True)
+        private_dirs(d)
+    writable = [_bwrap.check_sandbox_path(m.sandbox_path) for m in recipe.mounts if not m.read_only]
     for mount in recipe.mounts:
-        _bwrap.check_sandbox_path(mount.sandbox_path)
+        path = _bwrap.check_sandbox_path(mount.sandbox_path)
+        if any(path.startswith(w + "/") for w in writable):
+            msg = f"cannot mount at {mount.sandbox_path!r}: inside a read-write mount"
+            raise HandsError("invalid_recipe", msg, retryable=False)
         if not mount.host_path.exists():
             msg = f"mount source {mount.host_path} does not exist"
             raise HandsError("invalid_recipe", msg, retryable=False)
 
 
 class Parts:
-    """Host-side resources of one sandbox (egress proxy, cgroups), released together."""
+    """Host-side resources of one sandbox (egress proxy, cgroups, fds of its mount sources),
+    released together."""
 
-    def __init__(self, *, sandbox_id: str, leftovers: list[_cgroup.SandboxCgroup]) -> None:
+    def __init__(
+        self, *, sandbox_id: str, owner: Owner, leftovers: list[_cgroup.SandboxCgroup]
+    ) -> None:
         self.sandbox_id = sandbox_id
+        self.owner = owner
+        """(uid, gid) the sandbox runs as on the host; it owns the workspace and outputs."""
         self._leftovers = leftovers
         """Where cgroups that would not go away yet are left for a later `remove()`."""
+        self.sources: dict[str, int] = {}
+        """fds of the mount sources, keyed as `_bwrap.build_args` reads them."""
         self.run_dir: Path | None = None
         self.proxy: EgressProxy | None = None
         self.cgroup: _cgroup.SandboxCgroup | None = None
@@ -73,6 +90,8 @@ class Parts:
             policy = HostPolicy([*net.allowed_hosts, *extra], public=net.type == "unrestricted")
             self.proxy = EgressProxy(policy, settings=egress)
             await self.proxy.start(self.run_dir / "egress.sock")
+            give_to(self.run_dir / "egress.sock", self.owner)  # connecting needs write access
+        await anyio.to_thread.run_sync(self._open_sources, recipe)
         if cgroups is not None:
             try:
                 self.cgroup = cgroups.create(
@@ -83,8 +102,27 @@ class Parts:
             except OSError as e:
                 raise HandsError("provision_failed", f"cgroup setup failed: {e}") from e
 
+    def _open_sources(self, recipe: SandboxRecipe) -> None:
+        """Fill `sources` (as it goes, so `release` closes whatever was opened)."""
+        self.sources["src:workspace"] = open_owned_dir(recipe.workspace, self.owner)
+        self.sources["src:outputs"] = open_owned_dir(recipe.outputs, self.owner)
+        for i, mount in enumerate(recipe.mounts):
+            self.sources[f"src:mount{i}"] = (
+                open_source(mount.host_path)
+                if mount.read_only
+                else open_owned_dir(mount.host_path, self.owner)
+            )
+        if self.run_dir is not None:
+            self.sources["src:proxy"] = open_source(self.run_dir / "egress.sock")
+
+    def close_sources(self) -> None:
+        """Close the sources' fds (bwrap holds its own once started); idempotent."""
+        while self.sources:
+            os.close(self.sources.popitem()[1])
+
     async def release(self) -> None:
         """Stop the proxy and remove the cgroups once empty; idempotent."""
+        self.close_sources()
         if self._released:
             return
         self._released = True
@@ -151,12 +189,14 @@ async def spawn(layout: _bwrap.HostLayout, recipe: SandboxRecipe, parts: Parts) 
     if parts.cgroup:
         fds["block"] = block_r
     try:
-        args = _bwrap.build_args(layout, recipe, env=env, fds=fds, proxy_socket=proxy_socket)
+        args = _bwrap.build_args(layout, recipe, env=env, fds={**fds, **parts.sources})
         fds["args"] = _memfd("bwrap-args", b"".join(a.encode() + b"\0" for a in args))
         proc = await asyncio.create_subprocess_exec(
-            layout.bwrap, "--args", str(fds["args"]), *_bwrap.command(layout),
+            *_bwrap.launch(layout, parts.owner, parts.sources), "--args", str(fds["args"]),
+            *_bwrap.command(layout),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
+            stderr=asyncio.subprocess.PIPE, env={}, cwd="/",
+            pass_fds=(*fds.values(), *parts.sources.values(), *layout.fds),
         )  # fmt: skip
     except BaseException:
         channel.close()

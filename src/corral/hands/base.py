@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+SKILLS_DIR = "/mnt/skills"
+"""Where a session's skills are mounted read-only (`/mnt/skills/<name>`): outside /workspace,
+so no mount point ever lies in a tree the sandbox can write."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Mount:

@@ -2,7 +2,8 @@
 
 A layer is `<root>/<sha256 of the spec>/`. It is built by running the installers INSIDE a
 sandbox from `Hands` (networking limited to the package registries, the layer bound read-write
-at /opt/corral/layer), never on the host, and then mounted read-only into every sandbox whose
+at /opt/corral/layer and owned by the build's uid), never on the host, then sealed (root-owned,
+writable by no one else, no setuid bits) and mounted read-only into every sandbox whose
 environment asks for the same spec. A lock file makes concurrent builders (sessions, processes)
 build it once; `<key>.complete`, outside the sandbox's reach, is written last.
 """
@@ -27,6 +28,7 @@ import anyio
 
 from corral.errors import HandsError
 from corral.hands._bwrap import BASE_PATH
+from corral.hands._sources import seal_tree
 from corral.hands.base import Hands, Limits, Mount, Networking, SandboxRecipe, ToolOutput
 
 LAYER_PATH = "/opt/corral/layer"
@@ -149,7 +151,9 @@ class LayerBuilder:
         layer, marker, _ = self.paths(spec)
         if marker.exists():
             return layer
-        await anyio.to_thread.run_sync(lambda: self.root.mkdir(parents=True, exist_ok=True))
+        await anyio.to_thread.run_sync(
+            lambda: self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        )
         lock = self._locks.setdefault(spec.key, anyio.Lock())
         async with lock, _file_lock(self.root / f"{spec.key}.lock"):
             if not marker.exists():
@@ -178,6 +182,8 @@ class LayerBuilder:
                 "installing the environment's packages failed (full log in the server's data "
                 f"directory: layers/{log.name}); last output:\n{text[-2000:]}",
             )
+        # The build sandbox is gone; no later sandbox (another uid) may change what it left.
+        await anyio.to_thread.run_sync(seal_tree, layer)
         marker.write_text(json.dumps(_doc(spec)) + "\n")
 
     async def _run_installers(self, spec: PackageSpec, layer: Path, scratch: Path) -> ToolOutput:

@@ -23,7 +23,9 @@ from corral.hands import _bwrap, _cgroup, _usage
 from corral.hands._agent.wire import encode_request
 from corral.hands._channel import Channel, ProtocolError, new_id
 from corral.hands._seccomp import SeccompUnsupported, build_filter
+from corral.hands._sources import Owner
 from corral.hands._spawn import Parts, Spawned, check_recipe, spawn
+from corral.hands._uids import UidAllocator, UidRange
 from corral.hands.base import SandboxRecipe, ToolOutput
 from corral.netpolicy import EgressSettings
 from corral.tools.builtin import SANDBOX_TOOLS
@@ -39,11 +41,17 @@ _BLOCKED_OVER_QUOTA = frozenset({"write", "edit"})
 """Tools refused while over quota (bash stays usable so `rm` and `du` can fix it)."""
 
 
+DEFAULT_UID_RANGE = UidRange(1_879_048_192, 1_879_113_727)
+"""0x70000000-0x7000ffff: see `corral.config.Settings.sandbox_uid_range`."""
+
+
 class LocalHands:
     """Provider of bubblewrap sandboxes under `root_dir` (one per session, provisioned lazily).
 
-    `root_dir` holds only this provider's state (a generated /etc, the agent, proxy sockets);
-    it is never visible inside a sandbox except for those pieces.
+    `root_dir` (mode 0700) holds only this provider's state (a generated /etc, the agent,
+    proxy sockets, the sessions' uids); it is never visible inside a sandbox except for those
+    pieces. When the server runs as root, each session's sandbox runs on the host as a uid of
+    its own from `uid_range`; otherwise as the server's user.
     """
 
     def __init__(
@@ -54,10 +62,12 @@ class LocalHands:
         python: str = "/usr/bin/python3",
         use_cgroups: bool = True,
         egress: EgressSettings | None = None,
+        uid_range: UidRange = DEFAULT_UID_RANGE,
     ) -> None:
         self._egress = egress or EgressSettings()
         """The operator's egress settings, for every sandbox's proxy."""
         self._root_dir = root_dir
+        self._uids = UidAllocator(root_dir / "uids", uid_range) if os.geteuid() == 0 else None
         self._bwrap = bwrap
         self._python = python
         self._use_cgroups = use_cgroups
@@ -87,6 +97,23 @@ class LocalHands:
                     self._cgroups = await anyio.to_thread.run_sync(_cgroup.detect)
             return self._layout
 
+    async def _owner(self, session_id: str) -> Owner:
+        """Who the session's sandbox is on the host: its own uid (and gid of the same
+        number) when the server is root, else the server's user."""
+        if self._uids is None:
+            return os.geteuid(), os.getegid()
+        uid = await anyio.to_thread.run_sync(self._uids.allocate, session_id)
+        return uid, uid
+
+    async def free_uid(self, session_id: str) -> None:
+        """Give a deleted session's host uid back to the range (no-op when not root).
+
+        Call after its sandbox is destroyed and its workspace and outputs are removed: the
+        next session given the uid would own whatever files of it are left.
+        """
+        if self._uids is not None:
+            await anyio.to_thread.run_sync(self._uids.free, session_id)
+
     async def provision(self, recipe: SandboxRecipe) -> LocalSandbox:
         """Start a sandbox for `recipe`; returns once its agent is ready for tool calls.
 
@@ -98,8 +125,11 @@ class LocalHands:
             raise HandsError("closed", "this LocalHands was closed", retryable=False)
         layout = await self._prepare()
         check_recipe(recipe)
+        owner = await self._owner(recipe.session_id)
         self._leftover_cgroups[:] = [c for c in self._leftover_cgroups if not c.remove()]
-        parts = Parts(sandbox_id=f"sbx_{secrets.token_hex(8)}", leftovers=self._leftover_cgroups)
+        parts = Parts(
+            sandbox_id=f"sbx_{secrets.token_hex(8)}", owner=owner, leftovers=self._leftover_cgroups
+        )
         try:
             await parts.make(layout, recipe, self._cgroups, self._egress)
             spawned = await spawn(layout, recipe, parts)
@@ -107,6 +137,8 @@ class LocalHands:
             with anyio.CancelScope(shield=True):
                 await parts.release()
             raise
+        finally:
+            parts.close_sources()  # bwrap has its own copies
         sandbox = LocalSandbox(recipe=recipe, parts=parts, spawned=spawned)
         try:
             with anyio.fail_after(_START_TIMEOUT):
@@ -133,6 +165,7 @@ class LocalHands:
                 break
             await anyio.sleep(0.05)
         if self._layout is not None:
+            _bwrap.close(self._layout)
             state_dir = self._layout.state_dir
             await anyio.to_thread.run_sync(partial(shutil.rmtree, state_dir, ignore_errors=True))
 

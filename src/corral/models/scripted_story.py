@@ -23,7 +23,7 @@ from corral.models.scripted_evidence import (
 )
 
 LABEL = "[corral-scripted]"
-RUNBOOK_PATH = "/workspace/skills/incident-triage-runbook/SKILL.md"
+RUNBOOK_PATH = "/mnt/skills/incident-triage-runbook/SKILL.md"
 LOG_PATH = "/mnt/session/uploads/app.log"
 POSTMORTEM_PATH = "/mnt/session/outputs/postmortem.md"
 _INCIDENT_WORDS = re.compile(

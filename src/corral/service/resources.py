@@ -11,7 +11,8 @@ from corral.ids import new_id, now_rfc3339
 from corral.wire.sessions import FileResource
 
 UPLOADS = "/mnt/session/uploads"
-_MOUNT_ROOTS = ("/mnt/session/uploads/", "/workspace/", "/mnt/data/")
+_MOUNT_ROOTS = ("/mnt/session/uploads/", "/mnt/data/")
+"""Never under /workspace: a mount point there could be swapped for a symlink by the sandbox."""
 
 
 def mount_path(requested: str | None, file_id: str, where: str) -> str:
@@ -24,8 +25,6 @@ def mount_path(requested: str | None, file_id: str, where: str) -> str:
         raise BadRequest(
             f"{where}.mount_path: must be under {', '.join(_MOUNT_ROOTS)} (got {raw!r})"
         )
-    if path.startswith("/workspace/skills/") or path == "/mnt/session/outputs":
-        raise BadRequest(f"{where}.mount_path: {path} is reserved")
     return path
 
 
