@@ -134,14 +134,8 @@ async def call_model(run: Run, action: CallModel) -> None:
     if (blocked := _unsupported_at_runtime(agent)) is not None:
         await run.append(blocked, ev.status_idle("retries_exhausted"))
         return
-    settings = run.deps.settings
-    if action.attempt > 0:
-        delay = settings.retry_base_seconds * 2 ** (action.attempt - 1)
-        _, interrupted = await run.until_interrupt(
-            lambda: anyio.sleep(min(delay, settings.retry_max_seconds)), after=since
-        )
-        if interrupted:
-            return
+    if action.attempt > 0 and not await _backoff(run, action.attempt, since):
+        return  # interrupted while waiting: decide closes the turn
     if settings_eager(run):
         assert run.deps.sandboxes is not None
         await run.deps.sandboxes.ensure(run.fence.session_id)
@@ -154,19 +148,30 @@ async def call_model(run: Run, action: CallModel) -> None:
     response, error = await _attempt(run, model_name, request, since)
     if response is not None:
         await _record_response(run, start["id"], response)
-    elif error is None:  # interrupted: decide closes the turn
-        await run.append(ev.span_end(start["id"], _zero(), is_error=True))
-    elif not error.retryable or action.attempt >= settings.max_model_retries:
+    else:
+        await _record_failure(run, start["id"], error, action.attempt)
+
+
+async def _backoff(run: Run, attempt: int, since: int) -> bool:
+    """Wait before retry `attempt`; False if an interrupt came meanwhile."""
+    settings = run.deps.settings
+    delay = min(settings.retry_base_seconds * 2 ** (attempt - 1), settings.retry_max_seconds)
+    _, interrupted = await run.until_interrupt(lambda: anyio.sleep(delay), after=since)
+    return not interrupted
+
+
+async def _record_failure(run: Run, start_id: str, error: ModelError | None, attempt: int) -> None:
+    """Close the span; say whether the call will be retried (`error` None: interrupted)."""
+    failed = ev.span_end(start_id, _zero(), is_error=True)
+    if error is None:
+        await run.append(failed)
+    elif not error.retryable or attempt >= run.deps.settings.max_model_retries:
         await run.append(
-            ev.span_end(start["id"], _zero(), is_error=True),
-            ev.model_error(error, "exhausted"),
-            ev.status_idle("retries_exhausted"),
+            failed, ev.model_error(error, "exhausted"), ev.status_idle("retries_exhausted")
         )
     else:
         await run.append(
-            ev.span_end(start["id"], _zero(), is_error=True),
-            ev.event("session.status_rescheduled"),
-            ev.model_error(error, "retrying"),
+            failed, ev.event("session.status_rescheduled"), ev.model_error(error, "retrying")
         )
 
 
