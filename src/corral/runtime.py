@@ -92,7 +92,13 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     skills = SkillService(store, blobs, settings.data_dir / "skills")
     agents = AgentService(store, model_check=models.route_for, skill_resolver=skills.resolve)
     dirs = SessionDirs(settings.data_dir / "sessions")
-    purge = storage_purger(dirs, files)
+    hands = LocalHands(
+        settings.data_dir / "sandboxes",
+        settings.bwrap,
+        egress=settings.egress,
+        uid_range=UidRange(*settings.sandbox_uid_range),
+    )
+    purge = storage_purger(dirs, files, hands.free_uid)
     sessions = SessionService(store, agents, SessionResources(files), purge=purge)
     outputs = OutputCollector(
         files,
@@ -107,12 +113,6 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         """After each call; returns notes on refused outputs for the tool result."""
         return await outputs.collect(recipe.session_id, recipe.outputs)
 
-    hands = LocalHands(
-        settings.data_dir / "sandboxes",
-        settings.bwrap,
-        egress=settings.egress,
-        uid_range=UidRange(*settings.sandbox_uid_range),
-    )
     layers = LayerBuilder(hands, settings.data_dir / "layers")
     sandboxes = SandboxPool(
         hands,
@@ -251,7 +251,9 @@ def session_standings(store: Store, *, concurrency: int = 8) -> Standings:
     return standings
 
 
-def storage_purger(dirs: SessionDirs, files: FileService) -> Callable[[str], Awaitable[bool]]:
+def storage_purger(
+    dirs: SessionDirs, files: FileService, free_uid: Callable[[str], Awaitable[None]]
+) -> Callable[[str], Awaitable[bool]]:
     """`purge_session_storage`, bound to this process's data dir."""
 
     async def purge_session_storage(session_id: str) -> bool:
@@ -261,17 +263,21 @@ def storage_purger(dirs: SessionDirs, files: FileService) -> Callable[[str], Awa
         is alive in any process sharing the data dir; otherwise it returns False and the
         pool holding the sandbox calls it again after destroying it. Called by the API right
         after the delete and by pools, so it must be idempotent; it never raises.
-        Per-session host state added later is released here, under the lock:
-        - the session's sandbox uid (hands), once uids are allocated per session;
+        Per-session host state is released here, under the lock:
         - the session's output file objects (files): also deleted by the API at once, and
-          again here, since a sandbox alive elsewhere may have collected more meanwhile.
+          again here, since a sandbox alive elsewhere may have collected more meanwhile;
+        - the directory (workspace and outputs);
+        - last, the session's sandbox uid: a later session given it must find nothing owned.
         """
         try:
             async with dirs.exclusive(session_id) as free:
                 if not free:
                     return False
                 await files.delete_session_files(session_id)
-                return await dirs.remove(session_id)
+                removed = await dirs.remove(session_id)
+                if removed:
+                    await free_uid(session_id)
+                return removed
         except Exception:
             log.exception("purging the files of deleted session %s", session_id)
             return False

@@ -117,8 +117,11 @@ def test_delete_removes_the_session_directory_not_what_links_point_to(
     assert run_bash(client, fake_model, session_id, planted).strip() == "planted"
     session_dir = server.data_dir / "sessions" / session_id
     assert (session_dir / "workspace" / "link").is_symlink()
+    uid_claim = server.data_dir / "sandboxes" / "uids" / "by-session" / session_id
+    assert uid_claim.exists() or os.geteuid() != 0, "a root server gives each session a uid"
     client.beta.sessions.delete(session_id)
     eventually(lambda: not session_dir.exists(), "the deleted session's directory stayed")
+    eventually(lambda: not uid_claim.exists(), "the deleted session's uid was not freed")
     eventually(lambda: session_id not in live_sandboxes(server), "delete left the sandbox")
     assert (canary / "precious").read_text() == "keep me"
 
