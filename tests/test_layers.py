@@ -17,7 +17,7 @@ FORBIDDEN = {
     },
     "store": {"api", "brain", "service", "models", "hands", "runtime", "cli", "demo", "netpolicy"},
     "brain": {"api", "cli", "runtime", "store.sqlite", "store.postgres", "hands.local", "demo"},
-    "models": {"api", "brain", "service", "session", "store", "hands", "runtime", "cli"},
+    "models": {"api", "brain", "service", "session", "store", "hands", "runtime", "cli", "demo"},
     "hands": {"api", "brain", "service", "session", "store", "models", "runtime", "cli"},
     "service": {"api", "cli", "runtime", "store.sqlite", "store.postgres", "hands.local"},
     "demo": {"api", "brain", "service", "session", "store", "hands", "runtime"},

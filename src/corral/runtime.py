@@ -70,9 +70,10 @@ def open_store(settings: Settings) -> Store:
 
 
 def _scripted_model() -> ModelClient:
+    from corral.demo.story import incident_story
     from corral.models.scripted import ScriptedModel
 
-    return ScriptedModel()
+    return ScriptedModel(story=incident_story)
 
 
 @asynccontextmanager

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import httpx2
 
+from corral.demo.story import incident_story
 from corral.models.base import ModelRequest, ModelResponse, ModelStreamEvent
 from corral.models.scripted import ScriptedModel
 
@@ -118,7 +119,7 @@ class FakeAgentsApi:
         )
 
         async def call() -> list[ModelStreamEvent]:
-            return [e async for e in ScriptedModel().stream(request)]
+            return [e async for e in ScriptedModel(story=incident_story).stream(request)]
 
         response = anyio.run(call)[-1]
         assert isinstance(response, ModelResponse)

@@ -17,10 +17,10 @@ import anyio
 import pytest
 
 from corral.demo.data import CULPRIT_COMMITS, generate
+from corral.demo.story import LOG_PATH, POSTMORTEM_PATH, RUNBOOK_PATH, incident_story
 from corral.demo.tools import handle_tool, is_error_result, tool_definitions
 from corral.models.base import ModelRequest, ModelResponse, ModelStreamEvent, TextDelta
 from corral.models.scripted import MODEL_NAME, ScriptedModel, text_chunks, tool_use_id
-from corral.models.scripted_story import LOG_PATH, POSTMORTEM_PATH, RUNBOOK_PATH
 
 PROMPT = (
     "Three pages fired in the last 30 minutes (inventory, checkout, cart). "
@@ -85,7 +85,7 @@ def play(
     breaks: frozenset[str] = frozenset(),
 ) -> Played:
     """Run the conversation to end_turn; calls to tools in `breaks` fail."""
-    model, played = ScriptedModel(), Played()
+    model, played = ScriptedModel(story=incident_story), Played()
     played.messages.append({"role": "user", "content": [{"type": "text", "text": prompt}]})
     for _ in range(12):
         events = collect(model, request_for(played.messages, tools))
@@ -162,7 +162,9 @@ def test_answer_follows_the_data_not_a_script(tmp_path: Path, demo_data: Path) -
 
 
 def test_text_streams_as_word_chunks_then_one_response(demo_data: Path) -> None:
-    events = collect(ScriptedModel(), request_for([{"role": "user", "content": PROMPT}], []))
+    events = collect(
+        ScriptedModel(story=incident_story), request_for([{"role": "user", "content": PROMPT}], [])
+    )
     *deltas, response = events
     assert isinstance(response, ModelResponse)
     assert len(deltas) > 1 and all(isinstance(d, TextDelta) and d.index == 0 for d in deltas)
@@ -182,7 +184,10 @@ def test_usage_is_roughly_a_quarter_of_the_characters(demo_data: Path) -> None:
 def test_identical_requests_give_identical_responses(demo_data: Path) -> None:
     played = play(demo_data, tool_definitions())
     request = request_for(played.messages[:3], tool_definitions())
-    first, again = collect(ScriptedModel(), request), collect(ScriptedModel(), request)
+    first, again = (
+        collect(ScriptedModel(story=incident_story), request),
+        collect(ScriptedModel(story=incident_story), request),
+    )
     assert first == again
     assert isinstance(first[-1], ModelResponse)
     ids = [b["id"] for b in first[-1].content if b["type"] == "tool_use"]
@@ -244,7 +249,7 @@ def test_a_plain_hello_gets_a_short_scripted_echo(demo_data: Path) -> None:
 def test_a_new_prompt_after_the_story_starts_a_new_turn(demo_data: Path) -> None:
     played = play(demo_data, tool_definitions())
     messages = [*played.messages, {"role": "user", "content": "thanks!"}]
-    events = collect(ScriptedModel(), request_for(messages, tool_definitions()))
+    events = collect(ScriptedModel(story=incident_story), request_for(messages, tool_definitions()))
     assert isinstance(events[-1], ModelResponse)
     assert events[-1].stop_reason == "end_turn"
     assert "thanks!" in events[-1].content[0]["text"]
@@ -345,7 +350,7 @@ def test_malformed_tool_results_end_the_turn_politely() -> None:
             ],
         },
     ]
-    events = collect(ScriptedModel(), request_for(messages, tool_definitions()))
+    events = collect(ScriptedModel(story=incident_story), request_for(messages, tool_definitions()))
     response = events[-1]
     assert isinstance(response, ModelResponse) and response.stop_reason == "end_turn"
     assert response.content[0]["text"].startswith("[corral-scripted]")

@@ -1,4 +1,4 @@
-"""`corral-scripted`: a deterministic offline model that plays the incident-triage demo story.
+"""`corral-scripted`: a deterministic offline model that plays a story given to it (the demo's).
 
 Its reply depends only on the request (messages and tools), so a repeated call after a crash is
 byte-identical. It is a labelled demo fake, never a stand-in for a real model's judgement.
@@ -9,28 +9,66 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from corral.models.base import ModelRequest, ModelResponse, ModelStreamEvent, ModelUsage, TextDelta
-from corral.models.scripted_story import LABEL, Call, Move, Turn, is_incident_story, next_move
 
 MODEL_NAME = "corral-scripted"
+LABEL = "[corral-scripted]"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """One tool call of the current turn and, once it arrived, its result."""
+
+    name: str
+    input: dict[str, Any]
+    result: str | None = None
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Turn:
+    """What the model sees: the human prompt that opened the turn and the calls since then."""
+
+    prompt: str
+    calls: tuple[Call, ...]
+    last: tuple[Call, ...]
+    """The calls of the latest assistant message (their errors are mentioned next)."""
+    tools: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Move:
+    """The next response: text, then tool calls; no calls means the turn ends."""
+
+    text: str
+    calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+
+Story = Callable[[Turn], Move | None]
+"""A script: the next move for a turn, or None to fall back to the echo."""
 
 
 class ScriptedModel:
-    """`corral-scripted`: the incident story when asked about pages, a short echo otherwise."""
+    """`corral-scripted`: plays its story (the demo's, wired in by the runtime) when the story
+    applies to the turn, and a short echo otherwise."""
 
-    def __init__(self, *, delay: float = 0.0, words_per_delta: int = 3) -> None:
+    def __init__(
+        self, *, story: Story | None = None, delay: float = 0.0, words_per_delta: int = 3
+    ) -> None:
         """`delay` seconds between text deltas (0: none); `words_per_delta` sets chunk size."""
+        self._story = story
         self._delay = delay
         self._words = max(1, words_per_delta)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """Stream the scripted reply: text deltas in word chunks, then one `ModelResponse`."""
-        move = plan(request)
+        move = plan(request, self._story)
         content: list[dict[str, Any]] = [{"type": "text", "text": move.text}]
         for index, (name, tool_input) in enumerate(move.calls):
             content.append(
@@ -55,12 +93,11 @@ class ScriptedModel:
         """Nothing to release: the model has no connections."""
 
 
-def plan(request: ModelRequest) -> Move:
+def plan(request: ModelRequest, story: Story | None = None) -> Move:
     """The move the scripted model makes for `request` (pure; exposed for tests and tools)."""
     turn = read_turn(request)
-    if is_incident_story(turn):
-        return next_move(turn)
-    return _echo(turn.prompt)
+    move = story(turn) if story is not None else None
+    return move if move is not None else _echo(turn.prompt)
 
 
 def read_turn(request: ModelRequest) -> Turn:

@@ -13,17 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from corral.models.scripted import Call
+
 CUSTOM_TOOLS = ("list_incidents", "get_recent_deploys", "get_metrics", "get_diff")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Call:
-    """One tool call of the current turn and, once it arrived, its result."""
-
-    name: str
-    input: dict[str, Any]
-    result: str | None = None
-    is_error: bool = False
 
 
 # --- what the tool results say -------------------------------------------------------------

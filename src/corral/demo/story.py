@@ -1,4 +1,4 @@
-"""The incident-triage story `ScriptedModel` plays: a pure function from a turn to its next move.
+"""The demo's incident-triage story for `corral-scripted`: a pure function from a turn to a move.
 
 Every conclusion is computed from tool results already in the conversation (the demo tools' JSON,
 bash output), never hard-coded; it performs no I/O and keeps no state between calls.
@@ -7,12 +7,10 @@ bash output), never hard-coded; it performs no I/O and keeps no state between ca
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from corral.models.scripted_evidence import (
+from corral.demo.evidence import (
     CUSTOM_TOOLS,
-    Call,
     Facts,
     Finding,
     diagnose,
@@ -21,8 +19,8 @@ from corral.models.scripted_evidence import (
     hhmm,
     short_time,
 )
+from corral.models.scripted import LABEL, Move, Turn
 
-LABEL = "[corral-scripted]"
 RUNBOOK_PATH = "/mnt/skills/incident-triage-runbook/SKILL.md"
 LOG_PATH = "/mnt/session/uploads/app.log"
 POSTMORTEM_PATH = "/mnt/session/outputs/postmortem.md"
@@ -31,26 +29,12 @@ _INCIDENT_WORDS = re.compile(
 )
 _POOL = "connection pool exhausted"
 
-__all__ = ["LABEL", "Call", "Move", "Turn", "is_incident_story", "next_move"]
+__all__ = ["incident_story", "is_incident_story", "next_move"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Turn:
-    """What the model sees: the human prompt that opened the turn and the calls since then."""
-
-    prompt: str
-    calls: tuple[Call, ...]
-    last: tuple[Call, ...]
-    """The calls of the latest assistant message (their errors are mentioned next)."""
-    tools: frozenset[str]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Move:
-    """The next response: text, then tool calls; no calls means the turn ends."""
-
-    text: str
-    calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+def incident_story(turn: Turn) -> Move | None:
+    """The story as a `ScriptedModel` story: the next move, or None when it does not apply."""
+    return next_move(turn) if is_incident_story(turn) else None
 
 
 def is_incident_story(turn: Turn) -> bool:
