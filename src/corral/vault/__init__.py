@@ -1,0 +1,1 @@
+"""Vault: sealed credential secrets, their keys, and the seam others resolve secrets through."""
