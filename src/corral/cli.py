@@ -1,4 +1,4 @@
-"""The `corral` command: serve, worker, demo, migrate, status."""
+"""The `corral` command: serve, worker, demo, migrate, status, vault-rekey."""
 
 from __future__ import annotations
 
@@ -137,6 +137,28 @@ def migrate(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
 
     anyio.run(run)
     console.print("schema is up to date")
+
+
+@app.command("vault-rekey")
+def vault_rekey(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
+    """Re-seal every credential under the first CORRAL_VAULT_KEY (finishes a key rotation)."""
+    from corral.runtime import open_store
+    from corral.vault.keys import load_keys
+    from corral.vault.secrets import VaultSecrets
+
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    keyring = load_keys(settings.vault_key, settings.data_dir).keyring
+
+    async def run() -> int:
+        store = open_store(settings)
+        await store.open()
+        try:
+            return await VaultSecrets(store, keyring).rekey()
+        finally:
+            await store.aclose()
+
+    count = anyio.run(run)
+    console.print(f"re-sealed {count} credential(s) under vault key {keyring.primary_id}")
 
 
 @app.command()

@@ -69,6 +69,9 @@ class Settings:
     """Bytes one sandbox may relay through its egress proxy over its life."""
     egress_idle_seconds: float = IDLE_SECONDS
     """A relayed connection with no bytes either way for this long is closed."""
+    vault_key: str | None = None
+    """`CORRAL_VAULT_KEY`: comma-separated vault keys, newest first (see docs/vaults.md);
+    unset means a key generated once into `data_dir/vault.key`."""
 
     @property
     def egress(self) -> EgressSettings:
@@ -181,6 +184,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         out["sse_ping_seconds"] = float(env["CORRAL_SSE_PING_SECONDS"])
     if env.get("CORRAL_WORKERS"):
         out["workers"] = int(env["CORRAL_WORKERS"])
+    if env.get("CORRAL_VAULT_KEY"):
+        out["vault_key"] = env["CORRAL_VAULT_KEY"]
     if env.get("CORRAL_EAGER_SANDBOXES") == "1":
         out["eager_sandboxes"] = True
     out.update(_egress_from_env(env))

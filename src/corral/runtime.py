@@ -33,7 +33,11 @@ from corral.service.events import EventService
 from corral.service.resources import SessionResources
 from corral.service.sessions import SessionService
 from corral.service.skills import SkillService
+from corral.service.vaults import VaultService
 from corral.store.base import Resource, SessionRow, Store
+from corral.vault.crypto import Keyring
+from corral.vault.keys import load_keys
+from corral.vault.secrets import VaultSecrets
 
 log = logging.getLogger("corral.runtime")
 
@@ -50,6 +54,9 @@ class Runtime:
     events: EventService
     files: FileService
     skills: SkillService
+    vaults: VaultService
+    vault_secrets: VaultSecrets
+    """The seam MCP clients and egress resolve credentials through (`SecretResolver`)."""
     sandboxes: SandboxPool
     scheduler: Scheduler
     models: ModelRouter
@@ -83,8 +90,10 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     from corral.hands.local import LocalHands
 
     await anyio.to_thread.run_sync(secure_data_dir, settings.data_dir)
+    keyring = _vault_keyring(settings)  # before the store opens: a bad key fails fast
     store = open_store(settings)
     await store.open()
+    vault_secrets = VaultSecrets(store, keyring)
     models = ModelRouter(
         list(settings.model_routes), settings.env, scripted_factory=_scripted_model
     )
@@ -142,6 +151,8 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         events=EventService(store, sessions),
         files=files,
         skills=skills,
+        vaults=VaultService(vault_secrets),
+        vault_secrets=vault_secrets,
         sandboxes=sandboxes,
         scheduler=Scheduler(brain, concurrency=settings.workers),
         models=models,
@@ -166,6 +177,23 @@ def secure_data_dir(data_dir: Path) -> None:
     for path in (data_dir, *(data_dir / sub for sub in DATA_SUBDIRS)):
         path.mkdir(mode=0o700, exist_ok=True)
         os.chmod(path, 0o700)
+
+
+def _vault_keyring(settings: Settings) -> Keyring:
+    """The vault keys; says where a generated key file is (never the key) so it gets backed up."""
+    loaded = load_keys(settings.vault_key, settings.data_dir)
+    if loaded.generated:
+        log.warning(
+            "generated a vault key at %s (mode 0600): back it up, or set CORRAL_VAULT_KEY; "
+            "without it stored credentials cannot be used (see docs/vaults.md)",
+            loaded.key_file,
+        )
+    log.info(
+        "vault key id %s (%d key(s) configured)",
+        loaded.keyring.primary_id,
+        len(loaded.keyring.key_ids),
+    )
+    return loaded.keyring
 
 
 def recipe_factory(

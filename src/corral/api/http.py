@@ -42,6 +42,12 @@ _UNION_TAGS = frozenset(
         "base64",
         "url",
         "str",
+        "mcp_oauth",
+        "static_bearer",
+        "environment_variable",
+        "none",
+        "client_secret_basic",
+        "client_secret_post",
     }
 )
 

@@ -13,6 +13,7 @@ from corral.service.common import apply_metadata_patch, page_envelope
 from corral.service.resources import SessionResources
 from corral.store.base import Page, SessionFilter, SessionRow, Store
 from corral.tools.resolve import resolve_tools
+from corral.vault.secrets import VAULT_KIND
 from corral.wire.sessions import (
     AgentRef,
     AgentWithOverrides,
@@ -78,8 +79,7 @@ class SessionService:
                 "environment_id: self_hosted environments cannot run sessions on "
                 "this server yet; use a cloud environment"
             )
-        if req.vault_ids:
-            raise BadRequest("vault_ids: vaults are not supported by this server yet")
+        vault_ids = await self._check_vaults(req.vault_ids or [])
         if req.budget is not None:
             raise BadRequest("budget: budgets are not supported by this server")
         snapshot = await self._snapshot(req.agent)
@@ -87,7 +87,7 @@ class SessionService:
         body: dict[str, Any] = {
             "agent": snapshot,
             "resources": await self.resources.build_all(list(req.resources or [])),
-            "vault_ids": [],
+            "vault_ids": vault_ids,
             "title": req.title,
             "metadata": dict(req.metadata or {}),
             "outcome_evaluations": [],
@@ -109,6 +109,20 @@ class SessionService:
                 raise BadRequest("initial_events: user.define_outcome is not supported yet")
         await self.store.create_session(row, initial)
         return await self.get(row.id)
+
+    async def _check_vaults(self, vault_ids: list[str]) -> list[str]:
+        """The session's vaults, fixed at creation; each must exist and not be archived."""
+        for index, vault_id in enumerate(vault_ids):
+            vault = await self.store.get_resource(VAULT_KIND, vault_id)
+            if vault is None:
+                raise BadRequest(
+                    f"vault_ids[{index}]: vault {vault_id} not found", error_code="vault_not_found"
+                )
+            if vault.archived_at is not None:
+                raise BadRequest(
+                    f"vault_ids[{index}]: vault {vault_id} is archived", error_code="vault_archived"
+                )
+        return list(dict.fromkeys(vault_ids))
 
     async def _snapshot(self, ref: str | AgentRef | AgentWithOverrides) -> dict[str, Any]:
         if isinstance(ref, str):
