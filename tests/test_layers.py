@@ -21,6 +21,10 @@ FORBIDDEN = {
     "hands": {"api", "brain", "service", "session", "store", "models", "runtime", "cli"},
     "service": {"api", "cli", "runtime", "store.sqlite", "store.postgres", "hands.local"},
     "demo": {"api", "brain", "service", "session", "store", "hands", "runtime"},
+    "vault": {
+        "api", "brain", "service", "session", "hands", "models", "runtime", "cli", "demo",
+        "store.sqlite", "store.postgres",
+    },
     "files": {"api", "brain", "hands", "models", "runtime", "cli", "demo"},
     "tools": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
