@@ -57,8 +57,6 @@ def test_configured_keys_win_and_bad_ones_are_not_echoed(tmp_path: Path) -> None
         parse_keys(encode_key(b"short"))
 
 
-
-
 def _service(store: Store, *keys: bytes) -> VaultService:
     return VaultService(VaultSecrets(store, Keyring(list(keys))))
 
@@ -158,7 +156,11 @@ async def test_update_keeps_untouched_secrets(store: Store) -> None:
         },
     }
     cred = await _credential(service, vault, oauth)
-    update = {"type": "mcp_oauth", "access_token": "new-acc", "refresh": {"scope": "read"}}
+    update = {
+        "type": "mcp_oauth",
+        "access_token": "new-acc",
+        "refresh": {"scope": "read", "token_endpoint_auth": {"type": "client_secret_post"}},
+    }
     await service.update_credential(vault, cred, CredentialUpdate.model_validate({"auth": update}))
     found = await service.secrets.resolve_secret([vault], SecretMatch())
     assert found is not None
@@ -168,6 +170,8 @@ async def test_update_keeps_untouched_secrets(store: Store) -> None:
         "client_secret": "cs",
     }
     assert found.auth["refresh"]["scope"] == "read"
+    # the method is kept even when the other secret-bearing type is sent (as the SDK says)
+    assert found.auth["refresh"]["token_endpoint_auth"] == {"type": "client_secret_basic"}
 
 
 @pytest.mark.anyio
