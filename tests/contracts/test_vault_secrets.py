@@ -205,3 +205,38 @@ async def test_rotation_reseals_on_read_and_by_rekey(store: Store) -> None:
     )
     assert again is not None and again.credential_id == idle
     assert again.secrets["token"].reveal() == "t2"
+
+
+@pytest.mark.anyio
+async def test_store_refreshed_keeps_new_tokens_sealed(store: Store) -> None:
+    service = _service(store, new_key())
+    vault = await _vault(service)
+    oauth = {
+        "type": "mcp_oauth",
+        "mcp_server_url": MCP,
+        "access_token": "stale",
+        "refresh": {
+            "client_id": "cid",
+            "refresh_token": "ref1",
+            "token_endpoint": "https://auth.example.com/token",
+            "token_endpoint_auth": {"type": "none"},
+        },
+    }
+    cred = await _credential(service, vault, oauth)
+    found = await service.secrets.resolve_secret([vault], SecretMatch(type="mcp_oauth"))
+    assert found is not None
+    later = "2999-01-01T00:00:00.000000Z"
+    await service.secrets.store_refreshed(
+        found, {"access_token": "fresh-access", "refresh_token": "ref2"}, expires_at=later
+    )
+    again = await service.secrets.resolve_secret([vault], SecretMatch(type="mcp_oauth"))
+    assert again is not None and again.auth["expires_at"] == later
+    assert {k: v.reveal() for k, v in again.secrets.items()} == {
+        "access_token": "fresh-access",
+        "refresh_token": "ref2",
+    }
+    row = await store.get_resource(credential_kind(vault), cred)
+    assert row is not None and "fresh-access" not in str(row.body)
+    await service.archive_credential(vault, cred)
+    with pytest.raises(LookupError):
+        await service.secrets.store_refreshed(found, {"access_token": "x"})

@@ -107,6 +107,17 @@ class SecretResolver(Protocol):
         """Every active credential fitting `match`, in the same order."""
         ...
 
+    async def store_refreshed(
+        self, found: ResolvedSecret, secrets: dict[str, str], *, expires_at: str | None = None
+    ) -> None:
+        """Keep tokens an OAuth refresh returned (merged over the stored secrets, re-sealed)
+        and the new expiry; the credential's other fields are untouched.
+
+        Raises:
+            LookupError: the credential was deleted or archived meanwhile.
+        """
+        ...
+
 
 class VaultSecrets:
     """Seals, opens and resolves credential secrets over a `ResourceStore`."""
@@ -142,6 +153,24 @@ class VaultSecrets:
     ) -> list[ResolvedSecret]:
         """See `SecretResolver.resolve_all`."""
         return [await self._resolved(row) async for row in self._matching(vault_ids, match)]
+
+    async def store_refreshed(
+        self, found: ResolvedSecret, secrets: dict[str, str], *, expires_at: str | None = None
+    ) -> None:
+        """See `SecretResolver.store_refreshed`."""
+        row = await self.store.get_resource(credential_kind(found.vault_id), found.credential_id)
+        if row is None or row.archived_at is not None:
+            raise LookupError(f"credential {found.credential_id} is gone")
+        merged = {**await self.open(row), **secrets}
+        auth = dict(row.body["auth"])
+        if expires_at is not None:
+            auth["expires_at"] = expires_at
+        body = {
+            **row.body,
+            "auth": auth,
+            SEALED: self.seal(found.vault_id, row.id, merged),
+        }
+        await self.store.replace_resource(replace(row, body=body))
 
     async def rekey(self) -> int:
         """Re-seal every credential sealed under a non-primary key; returns how many."""
