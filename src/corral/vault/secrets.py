@@ -93,8 +93,9 @@ class SecretResolver(Protocol):
     async def resolve_secret(
         self, vault_ids: Sequence[str], match: SecretMatch
     ) -> ResolvedSecret | None:
-        """The first active credential fitting `match`, in `vault_ids` order then creation
-        order; None if there is none. Archived or deleted vaults and credentials never match.
+        """The first active credential fitting `match`, in `vault_ids` order then id order
+        (creation order, to the millisecond); None if there is none. Archived or deleted
+        vaults and credentials never match.
 
         Raises:
             VaultKeyError: the credential was sealed under a key that is not configured.
