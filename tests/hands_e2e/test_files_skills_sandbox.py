@@ -61,13 +61,7 @@ def test_mounted_file_grep_output_and_skill(
     assert session.resources[0].mount_path == "/mnt/session/uploads/app.log"  # type: ignore[union-attr]
     fake_model.reset(
         [
-            Turn(
-                [
-                    ToolUse(
-                        "read", {"file_path": "/mnt/skills/incident-triage-runbook/SKILL.md"}
-                    )
-                ]
-            ),
+            Turn([ToolUse("read", {"file_path": "/mnt/skills/incident-triage-runbook/SKILL.md"})]),
             Turn([ToolUse("bash", {"command": "grep -c ERROR /mnt/session/uploads/app.log"})]),
             Turn(
                 [
