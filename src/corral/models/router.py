@@ -10,7 +10,9 @@ import fnmatch
 from collections.abc import Callable, Mapping
 
 from corral.model_routes import DEFAULT_ROUTES, ModelRoute, Provider, parse_routes
+from corral.models.anthropic import AnthropicClient
 from corral.models.base import ModelClient
+from corral.models.openai_compat import OpenAICompatClient
 
 __all__ = [
     "DEFAULT_ROUTES",
@@ -87,11 +89,7 @@ class ModelRouter:
             if self._scripted_factory is None:
                 raise UnknownModel(f"model {model!r} routes to the scripted provider, not enabled")
             return self._scripted_factory()
-        # Provider SDKs are imported on first use: importing both costs seconds of CPU, which
-        # every worker start (and so every crash recovery) would pay even if no agent uses them.
         if route.provider == "openai":
-            from corral.models.openai_compat import OpenAICompatClient
-
             key = self._env.get(route.api_key_env) if route.api_key_env else None
             return OpenAICompatClient(
                 route.base_url or "",
@@ -99,8 +97,6 @@ class ModelRouter:
                 upstream_model=route.model,
                 api_key_name=route.api_key_env,
             )
-        from corral.models.anthropic import AnthropicClient
-
         key_name = route.api_key_env or "ANTHROPIC_API_KEY"
         return AnthropicClient(
             self._env.get(key_name) or None,
