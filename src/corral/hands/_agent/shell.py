@@ -158,6 +158,10 @@ class Shell:
 
         lim = self._limits
         nproc = lim["max_processes"] + _NPROC_HEADROOM
+        if not lim.get("rlimit_as"):
+            # A pids cgroup enforces the limit and tells the host forks failed there (so the
+            # tool result can say so): keep the rlimit a backstop above it, not a rival.
+            nproc += 2 * _NPROC_HEADROOM
         pairs = [
             (resource.RLIMIT_CPU, lim["cpu_seconds"], lim["cpu_seconds"] + 1),
             (resource.RLIMIT_DATA, lim["memory_bytes"], lim["memory_bytes"]),
