@@ -8,7 +8,9 @@ a layer) on their own.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -18,7 +20,6 @@ from typing import Any
 import anyio
 import pytest
 
-import corral
 from corral.config import load_settings
 from corral.errors import HandsError
 from corral.hands._sources import seal_tree
@@ -246,15 +247,33 @@ anyio.run(main, Path(sys.argv[1]))
 """
 
 
+def _copy_module(name: str, into: Path) -> None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        return  # an optional dependency this Python version does without
+    source = Path(spec.origin)
+    if source.name == "__init__.py":
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(source.parent, into / name, ignore=ignore, dirs_exist_ok=True)
+    else:
+        into.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, into / source.name)
+
+
 @pytest.mark.bwrap
 @needs_bwrap
 @as_root  # to become the ordinary user the server then is
 def test_a_server_run_by_an_ordinary_user_runs_sandboxes_as_that_user() -> None:
-    # The test interpreter may live where the user cannot go (pytest's tmp dirs too): use the
-    # sandbox's Python with this checkout and the environment's pure-Python dependencies.
-    path = [str(Path(corral.__file__).parents[1]), str(Path(anyio.__file__).parents[1])]
+    # The checkout, its venv and pytest's tmp dirs may all sit where the user cannot go (a
+    # clone under `mktemp -d` is 0700): copy the two pure-Python packages the server needs
+    # into the user's home and run them with the system Python.
     with tempfile.TemporaryDirectory(prefix="corral-user-server-", dir="/tmp") as home:
-        os.chown(home, SERVER_UID, SERVER_UID)
+        lib = Path(home) / "lib"
+        for name in ("corral", "anyio", "sniffio", "idna", "typing_extensions"):
+            _copy_module(name, lib)
+        for entry in [Path(home), *Path(home).rglob("*")]:
+            os.chown(entry, SERVER_UID, SERVER_UID)
+        path = [str(lib)]
         done = subprocess.run(
             ["/usr/bin/python3", "-s", "-c", NON_ROOT_SERVER, home],
             user=SERVER_UID, group=SERVER_UID, extra_groups=[], cwd=home,
