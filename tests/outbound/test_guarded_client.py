@@ -1,0 +1,127 @@
+"""Server-side fetches obey the egress address rules, connection by connection."""
+
+from __future__ import annotations
+
+import datetime
+import ssl
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import anyio
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from corral.outbound import OutboundRefused, guarded_client, server_policy
+
+
+class _Handler(BaseHTTPRequestHandler):
+    redirect_to = ""
+
+    def do_GET(self) -> None:
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", self.redirect_to)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = f"host={self.headers['Host']}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[ThreadingHTTPServer]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+async def _get(url: str, allow: list[str], **kwargs: object) -> str:
+    async with guarded_client(server_policy(allow), timeout=5, **kwargs) as client:  # type: ignore[arg-type]
+        response = await client.get(url)
+        return response.text
+
+
+def test_loopback_is_refused_unless_the_operator_allows_it(server: ThreadingHTTPServer) -> None:
+    port = server.server_address[1]
+    for url in (f"http://127.0.0.1:{port}/", f"http://localhost:{port}/"):
+        with pytest.raises(OutboundRefused, match="127.0.0.1|::1"):
+            anyio.run(_get, url, [])
+    assert anyio.run(_get, f"http://127.0.0.1:{port}/", [f"127.0.0.1:{port}"]).startswith("host=")
+    with pytest.raises(OutboundRefused):  # a rule for another port opens nothing here
+        anyio.run(_get, f"http://127.0.0.1:{port}/", [f"127.0.0.1:{port + 1}"])
+
+
+def test_a_redirect_is_checked_like_any_connection(server: ThreadingHTTPServer) -> None:
+    port = server.server_address[1]
+    _Handler.redirect_to = "http://127.0.0.2:9/secret"  # loopback, not covered by the rule
+    with pytest.raises(OutboundRefused, match="127.0.0.2"):
+        anyio.run(
+            lambda: _get(f"http://127.0.0.1:{port}/redirect", [f"127.0.0.1:{port}"],
+                         follow_redirects=True)
+        )  # fmt: skip
+
+
+def test_unix_sockets_are_never_used() -> None:
+    async def main() -> None:
+        from corral.outbound import GuardedBackend
+
+        await GuardedBackend(server_policy([])).connect_unix_socket("/run/anything.sock")
+
+    with pytest.raises(OutboundRefused):
+        anyio.run(main)
+
+
+def _certificate(tmp: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_tls_keeps_the_name_while_connecting_to_the_checked_address(tmp_path: Path) -> None:
+    cert, key = _certificate(tmp_path)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    httpd.socket = server_context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        port = httpd.server_address[1]
+        trust = ssl.create_default_context(cafile=str(cert))
+        text = anyio.run(lambda: _get(f"https://localhost:{port}/", ["localhost"], verify=trust))
+        assert text == f"host=localhost:{port}"  # SNI + Host carried the name, not 127.0.0.1
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
