@@ -14,8 +14,12 @@ FORBIDDEN = {
     "wire": {"api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli"},
     "session": {
         "api", "brain", "service", "models", "hands", "runtime", "cli", "demo", "netpolicy",
+        "outbound",
     },
-    "store": {"api", "brain", "service", "models", "hands", "runtime", "cli", "demo", "netpolicy"},
+    "store": {
+        "api", "brain", "service", "models", "hands", "runtime", "cli", "demo", "netpolicy",
+        "outbound",
+    },
     "brain": {"api", "cli", "runtime", "store.sqlite", "store.postgres", "hands.local", "demo"},
     "models": {"api", "brain", "service", "session", "store", "hands", "runtime", "cli", "demo"},
     "hands": {"api", "brain", "service", "session", "store", "models", "runtime", "cli"},
@@ -37,6 +41,10 @@ FORBIDDEN = {
     "netpolicy.py": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files", "tools", "config",
+    },
+    "outbound.py": {
+        "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
+        "demo", "files", "tools", "config", "vault",
     },
     "model_routes.py": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
