@@ -17,11 +17,12 @@ async def test_store_contract(store: Store, check: Check) -> None:
 def test_every_check_is_listed_once() -> None:
     import corral.store.conformance as log_checks
     import corral.store.conformance_calls as call_checks
+    import corral.store.conformance_memory as memory_checks
     import corral.store.conformance_resources as resource_checks
 
     defined = {
         name
-        for module in (log_checks, call_checks, resource_checks)
+        for module in (log_checks, call_checks, resource_checks, memory_checks)
         for name in dir(module)
         if name.startswith("check_")
     }

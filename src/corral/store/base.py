@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol
 from corral.session.log import EventLog, SessionSummary, StoredEvent
 from corral.session.projection import CallBook
 from corral.session.queue import WorkQueue
+from corral.store.memory import MemoryTable
 
 ResourceKind = Literal["agent", "environment", "file", "skill"]
 
@@ -182,7 +183,7 @@ class CheckedLog(Protocol):
         ...
 
 
-class Store(EventLog, CheckedLog, WorkQueue, ResourceStore, Protocol):
+class Store(EventLog, CheckedLog, WorkQueue, ResourceStore, MemoryTable, Protocol):
     """Everything Corral persists."""
 
     async def open(self) -> None:

@@ -23,6 +23,7 @@ from corral.session.log import (
 )
 from corral.store.base import Store
 from corral.store.conformance_calls import CALL_CHECKS
+from corral.store.conformance_memory import MEMORY_CHECKS
 from corral.store.conformance_resources import RESOURCE_CHECKS
 from corral.store.conformance_support import (
     LONG_LEASE,
@@ -396,4 +397,4 @@ LOG_AND_QUEUE_CHECKS: list[Check] = [
     check_queue_status,
 ]
 
-ALL_CHECKS: list[Check] = LOG_AND_QUEUE_CHECKS + CALL_CHECKS + RESOURCE_CHECKS
+ALL_CHECKS: list[Check] = LOG_AND_QUEUE_CHECKS + CALL_CHECKS + RESOURCE_CHECKS + MEMORY_CHECKS

@@ -26,11 +26,12 @@ from corral.store import postgres_calls
 from corral.store import postgres_sql as q
 from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
 from corral.store.postgres_db import Listener, migrate, preview_payloads
+from corral.store.postgres_memory import PostgresMemories
 
 log = logging.getLogger("corral.store.postgres")
 
 
-class PostgresStore:
+class PostgresStore(PostgresMemories):
     """Event log, wake queue and resources in one PostgreSQL database."""
 
     def __init__(self, url: str, *, fencing: bool = True, pool_size: int = 10) -> None:

@@ -39,6 +39,7 @@ from corral.session.queue import QueueStatus
 from corral.store import sqlite_calls
 from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
 from corral.store.sqlite_db import SqliteDatabase
+from corral.store.sqlite_memory import SqliteMemories
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
 _SESSION_COLUMNS = (
@@ -47,7 +48,7 @@ _SESSION_COLUMNS = (
 )
 
 
-class SqliteStore:
+class SqliteStore(SqliteMemories):
     """Event log, wake queue and resources in one SQLite file."""
 
     def __init__(self, path: Path, *, fencing: bool = True) -> None:
