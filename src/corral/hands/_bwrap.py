@@ -27,6 +27,20 @@ AGENT_MOUNT = "/.corral"
 PROXY_SOCKET = "/run/corral/egress.sock"
 PROXY_PORT = 3128
 HOSTNAME = "sandbox"
+CA_BUNDLE = "/run/corral/ca-bundle.crt"
+"""The system roots plus the environment's CA, when credentials are substituted."""
+CA_CERT = "/run/corral/corral-ca.crt"
+SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+TRUST_FILES = {
+    "src:ca-bundle": "ca-bundle.crt", "src:ca-cert": "corral-ca.crt",
+    "src:ca-system": "ca-bundle.crt",
+}  # fmt: skip
+"""Mount source key -> file in the sandbox's host run dir (one fd per mount)."""
+TRUST_ENV = {
+    "SSL_CERT_FILE": CA_BUNDLE, "REQUESTS_CA_BUNDLE": CA_BUNDLE, "CURL_CA_BUNDLE": CA_BUNDLE,
+    "NODE_EXTRA_CA_CERTS": CA_CERT,
+}  # fmt: skip
+"""Where common TLS clients look for extra trust (node adds to its own roots)."""
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _RESERVED = (
     "/usr", "/etc", "/proc", "/dev", "/tmp", "/run/corral", AGENT_MOUNT, WORKDIR, OUTPUTS_DIR,
@@ -242,6 +256,12 @@ def build_args(
         args += [kind, str(fds[f"src:mount{i}"]), check_sandbox_path(mount.sandbox_path)]
     if "src:proxy" in fds:
         args += ["--bind-fd", str(fds["src:proxy"]), PROXY_SOCKET]
+    if "src:ca-bundle" in fds:
+        args += ["--ro-bind-fd", str(fds["src:ca-bundle"]), CA_BUNDLE]
+        args += ["--ro-bind-fd", str(fds["src:ca-cert"]), CA_CERT]
+        if (layout.etc_dir / SYSTEM_BUNDLE.removeprefix("/etc/")).is_file():
+            # the default bundle too, for clients that ignore the variables
+            args += ["--ro-bind-fd", str(fds["src:ca-system"]), SYSTEM_BUNDLE]
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORKDIR]
     args += ["--seccomp", str(fds["seccomp"]), "--info-fd", str(fds["info"])]
     if "block" in fds:

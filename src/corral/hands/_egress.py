@@ -21,7 +21,10 @@ to the hard one (commonly 524288 or more), so e.g. 1000 sandboxes with saturated
 about 130k descriptors and still leave the API and the database theirs. With a low hard limit
 N, keep sandboxes * 130 well below N (or lower `max_connections`).
 
-Holds no credentials; must not import session, store or anything above hands.
+Credentials (`environment_variable`) are substituted by `_intercept.Interceptor` for the
+hosts they name, which it opens up (TLS terminated with the environment's CA); the proxy
+hands it those connections after the usual host and address checks. Holds credentials only
+in that interceptor's memory; must not import session, store or anything above hands.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from corral.hands._intercept import Interceptor, Rewrite
 from corral.netpolicy import (
     AddressPolicy,
     EgressSettings,
@@ -146,8 +150,10 @@ class EgressProxy:
         *,
         settings: EgressSettings | None = None,
         resolver: Resolver = resolve,
+        interceptor: Interceptor | None = None,
     ) -> None:
-        """`resolver` looks a name up once per request (tests pass a stand-in for DNS).
+        """`resolver` looks a name up once per request (tests pass a stand-in for DNS);
+        `interceptor` substitutes credentials on the hosts it claims.
 
         Raises:
             ValueError: a malformed `allow_private` entry.
@@ -158,6 +164,7 @@ class EgressProxy:
         self.bytes_used = 0
         """Bytes relayed so far, both directions, all connections."""
         self._resolver = resolver
+        self.interceptor = interceptor
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
@@ -243,11 +250,19 @@ class EgressProxy:
             )
             return
         try:
-            if method == "CONNECT":
+            rewrite: Rewrite | None = None
+            if self.interceptor is not None and self.interceptor.intercepts(host):
+                head = _rewrite_head(method, path, version, header_lines)
+                opened = await self.interceptor.open(method, host, port, writer, up_writer, head)
+                if isinstance(opened, str):
+                    writer.write(_response("502 Bad Gateway", opened))
+                    return
+                rewrite = opened
+            elif method == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
                 up_writer.write(_rewrite_head(method, path, version, header_lines))
-            await self._relay(reader, writer, up_reader, up_writer)
+            await self._relay(reader, writer, up_reader, up_writer, rewrite)
         finally:
             up_writer.close()
 
@@ -304,13 +319,20 @@ class EgressProxy:
         writer: asyncio.StreamWriter,
         up_reader: asyncio.StreamReader,
         up_writer: asyncio.StreamWriter,
+        rewrite: Rewrite | None = None,
     ) -> None:
         """Copy both ways until both ends finish, the connection is idle for `idle_seconds`
-        (no bytes either way) or the sandbox's byte budget runs out."""
+        (no bytes either way) or the sandbox's byte budget runs out. `rewrite`, when given,
+        carries the sandbox's side instead of a plain copy (credential substitution)."""
         loop = asyncio.get_running_loop()
         activity = _Activity(loop.time())
+        outbound = (
+            self._pipe(reader, up_writer, activity)
+            if rewrite is None
+            else rewrite(reader, up_writer, lambda n: self._spend(n, activity))
+        )
         pending = {
-            asyncio.ensure_future(self._pipe(reader, up_writer, activity)),
+            asyncio.ensure_future(outbound),
             asyncio.ensure_future(self._pipe(up_reader, writer, activity)),
         }
         try:
@@ -331,18 +353,21 @@ class EgressProxy:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, activity: _Activity
     ) -> bool:
         """Copy until EOF; False when the byte budget ran out (the chunk is not forwarded)."""
-        loop = asyncio.get_running_loop()
         with contextlib.suppress(OSError, RuntimeError):
             while data := await reader.read(1 << 16):
-                self.bytes_used += len(data)
-                if self.bytes_used > self.settings.bytes_budget:
+                if not self._spend(len(data), activity):
                     return False
-                activity.last = loop.time()
                 writer.write(data)
                 await writer.drain()
             if writer.can_write_eof():
                 writer.write_eof()
         return True
+
+    def _spend(self, n: int, activity: _Activity) -> bool:
+        """Count `n` relayed bytes; False once the byte budget is exceeded."""
+        self.bytes_used += n
+        activity.last = asyncio.get_running_loop().time()
+        return self.bytes_used <= self.settings.bytes_budget
 
 
 class _Activity:

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from corral.hands import _bwrap, _cgroup
 from corral.hands._agent.wire import encode_request
 from corral.hands._channel import new_id
 from corral.hands._egress import PACKAGE_MANAGER_HOSTS, EgressProxy, HostPolicy
+from corral.hands._intercept import Interceptor
 from corral.hands._seccomp import build_filter
 from corral.hands._sources import Owner, give_to, open_owned_dir, open_source, private_dirs
 from corral.hands.base import SandboxRecipe
@@ -88,7 +90,11 @@ class Parts:
             self.run_dir = layout.state_dir / "run" / self.sandbox_id
             self.run_dir.mkdir()
             policy = HostPolicy([*net.allowed_hosts, *extra], public=net.type == "unrestricted")
-            self.proxy = EgressProxy(policy, settings=egress)
+            interceptor = None
+            if recipe.interception is not None:
+                interceptor = Interceptor(recipe.interception, scratch=self.run_dir)
+                _write_trust(self.run_dir, layout.etc_dir, recipe.interception.ca_cert_pem)
+            self.proxy = EgressProxy(policy, settings=egress, interceptor=interceptor)
             await self.proxy.start(self.run_dir / "egress.sock")
             give_to(self.run_dir / "egress.sock", self.owner)  # connecting needs write access
         await anyio.to_thread.run_sync(self._open_sources, recipe)
@@ -114,6 +120,9 @@ class Parts:
             )
         if self.run_dir is not None:
             self.sources["src:proxy"] = open_source(self.run_dir / "egress.sock")
+            if self.proxy is not None and self.proxy.interceptor is not None:
+                for key, name in _bwrap.TRUST_FILES.items():
+                    self.sources[key] = open_source(self.run_dir / name)
 
     def close_sources(self) -> None:
         """Close the sources' fds (bwrap holds its own once started); idempotent."""
@@ -137,6 +146,19 @@ class Parts:
                     return
                 await anyio.sleep(0.005)
             self._leftovers.append(self.cgroup)
+
+
+def _write_trust(run_dir: Path, etc_dir: Path, ca_pem: bytes) -> None:
+    """The environment's CA alone, and with the system roots the sandbox sees (a bundle
+    replacing the default must still verify every other host)."""
+    system = etc_dir / "ssl" / "certs" / "ca-certificates.crt"
+    if not system.is_file():
+        system = Path(ssl.get_default_verify_paths().openssl_cafile)
+    roots = system.read_bytes() if system.is_file() else b""
+    (run_dir / "corral-ca.crt").write_bytes(ca_pem)
+    (run_dir / "ca-bundle.crt").write_bytes(roots.rstrip(b"\n") + b"\n" + ca_pem)
+    for name in ("corral-ca.crt", "ca-bundle.crt"):
+        os.chmod(run_dir / name, 0o644)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +202,8 @@ async def spawn(layout: _bwrap.HostLayout, recipe: SandboxRecipe, parts: Parts) 
     """
     proxy_socket = parts.run_dir / "egress.sock" if parts.run_dir else None
     env = _bwrap.sandbox_env(recipe, proxy=proxy_socket is not None)
+    if "src:ca-bundle" in parts.sources:
+        env.update(_bwrap.TRUST_ENV)
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe() if parts.cgroup else (-1, -1)
     # The agent's protocol runs over this socket, never over stdio a command could reach.

@@ -47,6 +47,54 @@ class Networking:
     allow_package_managers: bool = False
 
 
+class Hidden:
+    """A secret in transit to the egress proxy; `str()`/`repr()` are redacted so a recipe can
+    be logged or compared without revealing it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: bytes) -> None:
+        self._value = value
+
+    def reveal(self) -> bytes:
+        """The plaintext, for the one place that sends it (the egress proxy)."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Hidden('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Hidden) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Injection:
+    """One `environment_variable` credential as the egress proxy applies it: the sandbox
+    holds `placeholder`; the proxy puts `secret` in its place on requests to `hosts`."""
+
+    placeholder: str
+    secret: Hidden
+    hosts: tuple[str, ...] | None
+    """Exact names/IPv4s or `*.suffix` (subdomains only); None: any host the sandbox may reach."""
+    header: bool
+    body: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Interception:
+    """What the egress proxy needs to substitute credentials: the environment's CA (which
+    the sandbox trusts) to terminate TLS for credential hosts, and the credentials."""
+
+    ca_cert_pem: bytes
+    ca_key_pem: Hidden
+    injections: tuple[Injection, ...]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SandboxRecipe:
     """Everything needed to (re)make a session's sandbox identically."""
@@ -61,6 +109,8 @@ class SandboxRecipe:
     limits: Limits = field(default_factory=Limits)
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment for commands; never secrets."""
+    interception: Interception | None = None
+    """Credentials the egress proxy substitutes (the placeholders are in `env`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 import os
 from collections.abc import Sequence
@@ -114,6 +115,13 @@ class Keyring:
         except (InvalidTag, ValueError, binascii.Error) as exc:
             raise VaultKeyError("sealed secret failed authentication") from exc
         return Opened(values=dict(json.loads(plain)), stale=kid != self.primary_id)
+
+    def mac(self, label: str) -> str:
+        """A keyed hex fingerprint of `label` (HMAC-SHA256 under the primary key, domain
+        separated from sealing): stable while the primary key is, unguessable without it."""
+        return hmac.new(
+            self._primary, b"corral-vault-mac\x00" + label.encode(), "sha256"
+        ).hexdigest()
 
     @staticmethod
     def _aad(bound_to: str) -> bytes:
