@@ -50,6 +50,10 @@ FORBIDDEN = {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files", "tools",
     },
+    "web_search_config.py": {
+        "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
+        "demo", "files", "tools", "config", "outbound", "netpolicy",
+    },
 }  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from corral.netpolicy import (
     EgressSettings,
     parse_rule,
 )
+from corral.web_search_config import WebSearchConfig, parse_web_search
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +73,9 @@ class Settings:
     vault_key: str | None = None
     """`CORRAL_VAULT_KEY`: comma-separated vault keys, newest first (see docs/vaults.md);
     unset means a key generated once into `data_dir/vault.key`."""
+    web_search: WebSearchConfig | None = None
+    """`[web_search]` / `CORRAL_WEB_SEARCH_*`: the provider serving the `web_search` tool
+    (None: enabling it is refused; see docs/web_search.md)."""
 
     @property
     def egress(self) -> EgressSettings:
@@ -98,9 +102,10 @@ def load_settings(
     env = dict(os.environ if environ is None else environ)
     values: dict[str, Any] = {}
     path = config_file or Path(env.get("CORRAL_CONFIG", "corral.toml"))
-    if path.exists():
-        values.update(_from_toml(tomllib.loads(path.read_text())))
+    doc = tomllib.loads(path.read_text()) if path.exists() else {}
+    values.update(_from_toml(doc))
     values.update(_from_env(env))
+    values["web_search"] = parse_web_search(doc.get("web_search"), env)
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return replace(Settings(env=env), **values)
 

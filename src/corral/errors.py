@@ -6,6 +6,8 @@
     │   ├── Unauthorized        401 authentication_error
     │   ├── NotFound            404 not_found_error
     │   ├── Conflict            409 conflict_error
+    │   │   ├── MemoryPreconditionFailed  409 memory_precondition_failed_error
+    │   │   └── MemoryPathConflict        409 memory_path_conflict_error
     │   └── PayloadTooLarge     413 request_too_large
     ├── LeaseLost             a brain's fencing token is stale; its append was rejected
     └── HandsError(code, retryable)  the sandbox failed (dead, timed out, could not start)
@@ -83,6 +85,18 @@ class Conflict(ApiError):
     def __init__(self, message: str, **kwargs: Any) -> None:
         kwargs.setdefault("should_retry", False)
         super().__init__(message, **kwargs)
+
+
+class MemoryPreconditionFailed(Conflict):
+    """A memory's content is not the `content_sha256` the request expected."""
+
+    type = "memory_precondition_failed_error"
+
+
+class MemoryPathConflict(Conflict):
+    """Another memory of the store already has the requested path."""
+
+    type = "memory_path_conflict_error"
 
 
 class PayloadTooLarge(ApiError):

@@ -27,6 +27,7 @@ from corral.hands.layers import LayerBuilder, PackageSpec, layer_env, layer_moun
 from corral.hands.workspaces import SessionDirs
 from corral.models.base import ModelClient
 from corral.models.router import ModelRouter
+from corral.outbound import server_policy
 from corral.service.agents import AgentService
 from corral.service.environments import EnvironmentService
 from corral.service.events import EventService
@@ -35,6 +36,7 @@ from corral.service.sessions import SessionService
 from corral.service.skills import SkillService
 from corral.service.vaults import VaultService
 from corral.store.base import Resource, SessionRow, Store
+from corral.tools.web_search import WebSearch
 from corral.vault.crypto import Keyring
 from corral.vault.keys import load_keys
 from corral.vault.secrets import VaultSecrets
@@ -100,7 +102,13 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     blobs = LocalBlobStore(settings.data_dir / "blobs")
     files = FileService(store, blobs, max_bytes=settings.max_file_bytes)
     skills = SkillService(store, blobs, settings.data_dir / "skills")
-    agents = AgentService(store, model_check=models.route_for, skill_resolver=skills.resolve)
+    web_search = _web_search(settings)
+    agents = AgentService(
+        store,
+        model_check=models.route_for,
+        skill_resolver=skills.resolve,
+        tool_providers=frozenset({"web_search"} if web_search else ()),
+    )
     dirs = SessionDirs(settings.data_dir / "sessions")
     hands = LocalHands(
         settings.data_dir / "sandboxes",
@@ -138,6 +146,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         models=models,
         sandboxes=sandboxes,
         skills=skills,
+        web_search=web_search,
         settings=BrainSettings(
             lease_seconds=settings.lease_seconds, eager_sandboxes=settings.eager_sandboxes
         ),
@@ -163,6 +172,8 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         with anyio.CancelScope(shield=True):
             await sandboxes.aclose()
             await models.aclose()
+            if web_search is not None:
+                await web_search.aclose()
             await store.aclose()
 
 
@@ -177,6 +188,15 @@ def secure_data_dir(data_dir: Path) -> None:
     for path in (data_dir, *(data_dir / sub for sub in DATA_SUBDIRS)):
         path.mkdir(mode=0o700, exist_ok=True)
         os.chmod(path, 0o700)
+
+
+def _web_search(settings: Settings) -> WebSearch | None:
+    """The `web_search` provider, if the operator configured one (its URL obeys the same
+    address rules as sandbox egress: a private host must be in `[egress] allow_private`)."""
+    if settings.web_search is None:
+        return None
+    log.info("web_search served by %s at %s", settings.web_search.provider, settings.web_search.url)
+    return WebSearch(settings.web_search, server_policy(settings.egress_allow_private))
 
 
 def _vault_keyring(settings: Settings) -> Keyring:

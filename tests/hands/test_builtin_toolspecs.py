@@ -25,7 +25,8 @@ SDK_INPUTS = {
 
 
 def test_names() -> None:
-    assert set(BUILTIN_TOOLS) == set(SANDBOX_TOOLS) == {*SDK_INPUTS, "web_fetch"}
+    assert set(SANDBOX_TOOLS) == {*SDK_INPUTS, "web_fetch"}
+    assert set(BUILTIN_TOOLS) == {*SANDBOX_TOOLS, "web_search"}  # served by a provider
     assert all(spec.name == name for name, spec in BUILTIN_TOOLS.items())
 
 

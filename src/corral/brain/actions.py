@@ -23,6 +23,7 @@ from corral.brain.decide import (
 from corral.brain.run import Run
 from corral.brain.state import ToolCall
 from corral.brain.stream import stream_response
+from corral.brain.web_search import run_web_search
 from corral.errors import NotFound
 from corral.models.base import ModelError, ModelRequest, ModelResponse, ModelUsage
 from corral.tools.resolve import custom_tools, enabled_builtins
@@ -88,6 +89,9 @@ async def run_tool(run: Run, call: ToolCall) -> None:
     started call without result, which the next brain reports instead of running it again.
     """
     since, running = run.state.last_seq, _going_running(run)
+    if call.kind == "builtin" and call.name == "web_search":  # a provider serves it, no sandbox
+        await run_web_search(run, call, running)
+        return
     sandboxes = run.deps.sandboxes
     if sandboxes is None:
         text = ev.text_content("No sandbox provider is configured on this server.")

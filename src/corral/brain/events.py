@@ -75,9 +75,14 @@ def text_content(text: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}]
 
 
-def tool_started(call_id: str) -> dict[str, Any]:
-    """`corral.tool_started` (internal, never shown to clients): logged before the call runs."""
-    return event("corral.tool_started", tool_use_id=call_id)
+def tool_started(call_id: str, server_tool: str | None = None) -> dict[str, Any]:
+    """`corral.tool_started` (internal, never shown to clients): logged before the call runs.
+
+    `server_tool` names a server-executed tool whose start counts in the session's
+    `usage.server_tool_use` (the projection counts these markers: exactly the calls made)."""
+    if server_tool is None:
+        return event("corral.tool_started", tool_use_id=call_id)
+    return event("corral.tool_started", tool_use_id=call_id, server_tool=server_tool)
 
 
 def log_format() -> dict[str, Any]:

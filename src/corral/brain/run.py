@@ -22,6 +22,7 @@ from corral.brain.state import SessionState, apply
 from corral.models.base import ModelClient
 from corral.session.log import EventQuery, Fence, NewEvents, StoredEvent, Subscription
 from corral.store.base import SessionRow, Store
+from corral.tools.web_search import WebSearch
 from corral.wire.events import parse_event
 
 T = TypeVar("T")
@@ -92,6 +93,8 @@ class BrainDeps:
     sandboxes: SandboxPool | None
     settings: BrainSettings
     skills: SkillCatalog | None = None
+    web_search: WebSearch | None = None
+    """The operator's search provider (None: `web_search` calls get an error result)."""
     memo: Memo = field(default_factory=Memo)
     stats: BrainStats = field(default_factory=BrainStats)
 

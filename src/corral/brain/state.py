@@ -103,6 +103,8 @@ class SessionState:
     """Open span.model_request_start id -> seq: a response answers what was logged before it."""
     format_seq: int = 0
     """Seq of `corral.log_format` (0: only older brains have written to this log)."""
+    turn_starts: dict[str, int] = field(default_factory=dict)
+    """Tool name -> calls started in the current turn (per-turn limits such as max_uses)."""
 
     @property
     def interrupt_pending(self) -> bool:
@@ -155,6 +157,7 @@ def _apply_call_event(state: SessionState, seq: int, event: LogEvent) -> bool:
             call = state.calls.get(event.tool_use_id)
             if call is not None and call.started_seq is None:
                 call.started_seq = seq
+                state.turn_starts[call.name] = state.turn_starts.get(call.name, 0) + 1
         case LogFormatEvent():
             _mark_format(state, seq)
         case _:
@@ -245,6 +248,7 @@ def _close_turn(state: SessionState, seq: int) -> None:
     """A closed turn abandons its open calls and resets its retry count."""
     state.last_close_seq = seq
     state.model_retries = 0
+    state.turn_starts.clear()
     for call in state.open.values():
         call.abandoned = True
     state.open.clear()

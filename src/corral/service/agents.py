@@ -47,8 +47,11 @@ class AgentService:
         store: Store,
         model_check: Callable[[str], object] | None = None,
         skill_resolver: SkillResolver | None = None,
+        tool_providers: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
+        self.tool_providers = tool_providers
+        """Provider-backed built-ins this server serves (`resolve.PROVIDER_BUILTINS`)."""
         self._model_check = model_check
         self._skill_resolver = skill_resolver
 
@@ -91,7 +94,7 @@ class AgentService:
             "description": req.description,
             "system": req.system,
             "model": model_config(req.model),
-            "tools": resolve_tools(list(req.tools or []), mcp),
+            "tools": resolve_tools(list(req.tools or []), mcp, self.tool_providers),
             "mcp_servers": [m.model_dump() for m in mcp],
             "skills": await self.resolve_skills(req.skills or []),
             "multiagent": req.multiagent,
@@ -124,7 +127,7 @@ class AgentService:
             raise NotFound(f"agent {agent_id} not found")
         if current.archived_at is not None:
             raise BadRequest(f"agent {agent_id} is archived", error_code="agent_archived")
-        body = _apply_update(dict(current.body), req)
+        body = _apply_update(dict(current.body), req, self.tool_providers)
         if "skills" in req.model_fields_set:
             body["skills"] = await self.resolve_skills(req.skills or [])
         self.check_model(str(body["model"]["id"]))
@@ -181,7 +184,9 @@ def _identity(value: Any) -> dict[str, Any]:
     return dict(value.model_dump(exclude_none=True))
 
 
-def _apply_update(body: dict[str, Any], req: AgentUpdate) -> dict[str, Any]:
+def _apply_update(
+    body: dict[str, Any], req: AgentUpdate, providers: frozenset[str]
+) -> dict[str, Any]:
     sent = req.model_fields_set
     if "name" in sent:
         if req.name is None:
@@ -195,7 +200,9 @@ def _apply_update(body: dict[str, Any], req: AgentUpdate) -> dict[str, Any]:
         if field in sent:
             body[field] = getattr(req, field) or None
     if "tools" in sent or "mcp_servers" in sent:
-        body["tools"], body["mcp_servers"] = _updated_tools(body, req.tools, req.mcp_servers, sent)
+        body["tools"], body["mcp_servers"] = _updated_tools(
+            body, req.tools, req.mcp_servers, sent, providers
+        )
     if "multiagent" in sent:
         body["multiagent"] = req.multiagent
     if "execution_identity" in sent:
@@ -206,7 +213,7 @@ def _apply_update(body: dict[str, Any], req: AgentUpdate) -> dict[str, Any]:
 
 
 def _updated_tools(
-    body: dict[str, Any], tools: Any, mcp: Any, sent: set[str]
+    body: dict[str, Any], tools: Any, mcp: Any, sent: set[str], providers: frozenset[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     if "tools" not in sent:
         # Stored entries are resolved; run them back through the request model so that
@@ -216,7 +223,8 @@ def _updated_tools(
     if "mcp_servers" not in sent:
         mcp = [McpServer.model_validate(m) for m in body.get("mcp_servers", [])]
     server_list = list(mcp or [])
-    return resolve_tools(list(tools or []), server_list), [s.model_dump() for s in server_list]
+    resolved = resolve_tools(list(tools or []), server_list, providers)
+    return resolved, [s.model_dump() for s in server_list]
 
 
 def _unresolve(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -133,7 +133,7 @@ class SessionService:
             raise BadRequest(f"agent {agent['id']} is archived", error_code="agent_archived")
         snapshot: dict[str, Any] = {"type": "agent", **{k: agent.get(k) for k in _SNAPSHOT_KEYS}}
         if isinstance(ref, AgentWithOverrides):
-            _apply_overrides(snapshot, ref)
+            _apply_overrides(snapshot, ref, self.agents.tool_providers)
             if "skills" in ref.model_fields_set:
                 snapshot["skills"] = await self.agents.resolve_skills(ref.skills or [])
             self.agents.check_model(str(snapshot["model"]["id"]))
@@ -169,7 +169,9 @@ class SessionService:
         if "agent" in sent and req.agent is not None:
             if row.summary.status == "running":
                 raise BadRequest("agent: cannot change tools while the session is running")
-            body["agent"] = changed["agent"] = _updated_agent(body["agent"], req)
+            body["agent"] = changed["agent"] = _updated_agent(
+                body["agent"], req, self.agents.tool_providers
+            )
         if changed:
             await self.store.update_session(session_id, body)
             await self.store.append(
@@ -232,7 +234,9 @@ class SessionService:
         return envelope
 
 
-def _apply_overrides(snapshot: dict[str, Any], ref: AgentWithOverrides) -> None:
+def _apply_overrides(
+    snapshot: dict[str, Any], ref: AgentWithOverrides, providers: frozenset[str]
+) -> None:
     sent = ref.model_fields_set
     if "model" in sent and ref.model is not None:
         snapshot["model"] = model_config(ref.model, snapshot.get("model"))
@@ -248,11 +252,13 @@ def _apply_overrides(snapshot: dict[str, Any], ref: AgentWithOverrides) -> None:
         )
         if "tools" not in sent:
             raise BadRequest("agent.tools: required when overriding mcp_servers")
-        snapshot["tools"] = resolve_tools(list(ref.tools or []), list(servers or []))
+        snapshot["tools"] = resolve_tools(list(ref.tools or []), list(servers or []), providers)
         snapshot["mcp_servers"] = [s.model_dump() for s in servers or []]
 
 
-def _updated_agent(agent: dict[str, Any], req: SessionUpdate) -> dict[str, Any]:
+def _updated_agent(
+    agent: dict[str, Any], req: SessionUpdate, providers: frozenset[str]
+) -> dict[str, Any]:
     from corral.wire.agents import McpServer
 
     assert req.agent is not None
@@ -265,7 +271,7 @@ def _updated_agent(agent: dict[str, Any], req: SessionUpdate) -> dict[str, Any]:
     if "tools" not in sent:
         raise BadRequest("agent.tools: required when updating a session's agent")
     updated = dict(agent)
-    updated["tools"] = resolve_tools(list(req.agent.tools or []), list(servers or []))
+    updated["tools"] = resolve_tools(list(req.agent.tools or []), list(servers or []), providers)
     updated["mcp_servers"] = [s.model_dump() for s in servers or []]
     return updated
 

@@ -48,6 +48,9 @@ _STATUS_BY_EVENT = {
 _SUMMARY_EVENT_TYPES = frozenset({*_STATUS_BY_EVENT, "span.model_request_end"})
 """The only events `project` changes a summary for."""
 
+_SERVER_TOOL_COUNTERS = {"web_search": "web_search_requests"}
+"""`corral.tool_started` markers with `server_tool` set count in `usage.server_tool_use`."""
+
 _USAGE_KEYS = {
     "input_tokens": "input_tokens",
     "output_tokens": "output_tokens",
@@ -62,13 +65,25 @@ def project(summary: SessionSummary, event: dict[str, Any]) -> SessionSummary:
         _apply_status(summary, _STATUS_BY_EVENT[str(kind)], str(event.get("processed_at")))
     elif kind == "span.model_request_end":
         _add_usage(summary.usage, event.get("model_usage") or {})
+    elif (counter := _server_tool_counter(event)) is not None:
+        tools = summary.usage.setdefault("server_tool_use", {})
+        tools[counter] = int(tools.get(counter, 0)) + 1
     return summary
+
+
+def _server_tool_counter(event: dict[str, Any]) -> str | None:
+    if event.get("type") != "corral.tool_started":
+        return None
+    return _SERVER_TOOL_COUNTERS.get(str(event.get("server_tool")))
 
 
 def touches_summary(events: Sequence[dict[str, Any]]) -> bool:
     """Whether `project` would change a summary for any of `events` (else a store may keep the
     summary it has without decoding or re-encoding it)."""
-    return any(event.get("type") in _SUMMARY_EVENT_TYPES for event in events)
+    return any(
+        event.get("type") in _SUMMARY_EVENT_TYPES or _server_tool_counter(event) is not None
+        for event in events
+    )
 
 
 def _apply_status(summary: SessionSummary, status: str, at: str) -> None:

@@ -168,8 +168,20 @@ WEB_FETCH = ToolSpec(
     ),
 )
 
+WEB_SEARCH = ToolSpec(
+    name="web_search",
+    description=(
+        "Search the web. Returns JSON: the query and the top results in rank order, each "
+        "with title, url, snippet and, when known, page_age. Results may be limited to or "
+        "exclude certain domains by this agent's configuration, and the number of searches "
+        "per turn may be capped. Read a result's full page with web_fetch."
+    ),
+    input_schema=_schema(["query"], query=_prop("string", "The search query.")),
+)
+"""Served on the server by the operator's provider (`corral.tools.web_search`), not by hands."""
+
 BUILTIN_TOOLS: dict[str, ToolSpec] = {
-    spec.name: spec for spec in (BASH, READ, WRITE, EDIT, GLOB, GREP, WEB_FETCH)
+    spec.name: spec for spec in (BASH, READ, WRITE, EDIT, GLOB, GREP, WEB_FETCH, WEB_SEARCH)
 }
 SANDBOX_TOOLS: frozenset[str] = frozenset(
     {"bash", "read", "write", "edit", "glob", "grep", "web_fetch"}

@@ -5,6 +5,7 @@ Pure functions over wire models; no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from corral.errors import BadRequest
@@ -19,18 +20,25 @@ from corral.wire.agents import (
 DEFAULT_POLICY = {"type": "always_allow"}
 SERVABLE_BUILTINS = frozenset({"bash", "read", "write", "edit", "glob", "grep", "web_fetch"})
 """Built-in tools this build can execute; others are refused when explicitly enabled."""
-_DISABLED_BY_DEFAULT = frozenset(BUILTIN_TOOL_NAMES) - SERVABLE_BUILTINS
+PROVIDER_BUILTINS = {"web_search": "[web_search] provider"}
+"""Built-ins served only when the operator configures a provider, and the setting to name."""
 
 
 def resolve_tools(
-    tools: list[AgentToolset | McpToolset | CustomTool], mcp_servers: list[McpServer]
+    tools: list[AgentToolset | McpToolset | CustomTool],
+    mcp_servers: list[McpServer],
+    providers: Collection[str] = (),
 ) -> list[dict[str, Any]]:
-    """Concrete tool entries for an agent; raises BadRequest naming the offending field."""
+    """Concrete tool entries for an agent; raises BadRequest naming the offending field.
+
+    `providers`: the `PROVIDER_BUILTINS` this server has a provider for (servable, and
+    enabled by default like the others)."""
     _check_names(tools, mcp_servers)
+    servable = SERVABLE_BUILTINS | (set(providers) & set(PROVIDER_BUILTINS))
     resolved: list[dict[str, Any]] = []
     for index, tool in enumerate(tools):
         if isinstance(tool, AgentToolset):
-            resolved.append(_resolve_toolset(tool, index))
+            resolved.append(_resolve_toolset(tool, index, servable))
         elif isinstance(tool, McpToolset):
             resolved.append(_resolve_mcp(tool))
         else:
@@ -42,7 +50,7 @@ def _policy(value: Any, fallback: dict[str, Any]) -> dict[str, Any]:
     return dict(value.model_dump()) if value is not None else dict(fallback)
 
 
-def _resolve_toolset(tool: AgentToolset, index: int) -> dict[str, Any]:
+def _resolve_toolset(tool: AgentToolset, index: int, servable: frozenset[str]) -> dict[str, Any]:
     default = tool.default_config
     default_enabled = True if default is None or default.enabled is None else default.enabled
     default_policy = _policy(default.permission_policy if default else None, DEFAULT_POLICY)
@@ -52,12 +60,12 @@ def _resolve_toolset(tool: AgentToolset, index: int) -> dict[str, Any]:
         override = overrides.get(name)
         explicit = override.enabled if override is not None else None
         enabled = explicit if explicit is not None else default_enabled
-        if name in _DISABLED_BY_DEFAULT and explicit is not True:
+        if name not in servable and explicit is not True:
             enabled = False
-        if enabled and name not in SERVABLE_BUILTINS:
+        if enabled and name not in servable:
             raise BadRequest(
                 f"tools[{index}].configs: '{name}' is not available on this server "
-                "(no provider configured); disable it or remove it",
+                f"({_missing_setting(name)}); disable it or remove it",
                 error_code="tool_not_available",
             )
         entry: dict[str, Any] = {"name": name, "type": name, "enabled": enabled}
@@ -68,6 +76,8 @@ def _resolve_toolset(tool: AgentToolset, index: int) -> dict[str, Any]:
             entry.update(override.model_extra)
             if name == "web_fetch":
                 _check_web_fetch(entry, index)
+            elif name == "web_search":
+                _check_web_search(entry, index)
         configs.append(entry)
     return {
         "type": tool.type,
@@ -76,9 +86,44 @@ def _resolve_toolset(tool: AgentToolset, index: int) -> dict[str, Any]:
     }
 
 
+def _missing_setting(name: str) -> str:
+    setting = PROVIDER_BUILTINS.get(name)
+    if setting is None:
+        return "no provider configured"
+    return f"no provider configured: the operator sets {setting} in corral.toml"
+
+
+def _check_web_search(entry: dict[str, Any], index: int) -> None:
+    """The config extras web_search honours: domain lists, a location hint, and `max_uses`
+    (searches per turn; a Corral extension, as on the Messages API's web search tool)."""
+    where = f"tools[{index}].configs[web_search]"
+    _check_domains(entry, where)
+    uses = entry.get("max_uses")
+    if uses is not None and (type(uses) is not int or not 0 < uses <= 1000):
+        raise BadRequest(f"{where}.max_uses: must be an integer from 1 to 1000, or null")
+    location = entry.get("user_location")
+    if location is not None and (
+        not isinstance(location, dict)
+        or location.get("type") != "approximate"
+        or not all(isinstance(v, str) for k, v in location.items() if v is not None)
+        or set(location) - {"type", "city", "region", "country", "timezone"}
+    ):
+        raise BadRequest(
+            f"{where}.user_location: must be {{type: 'approximate', city?, region?, "
+            "country?, timezone?}} with string values"
+        )
+
+
 def _check_web_fetch(entry: dict[str, Any], index: int) -> None:
     """The config extras web_fetch honours: domain lists and a content cap."""
     where = f"tools[{index}].configs[web_fetch]"
+    _check_domains(entry, where)
+    tokens = entry.get("max_content_tokens")
+    if tokens is not None and (type(tokens) is not int or tokens < 1):
+        raise BadRequest(f"{where}.max_content_tokens: must be a positive integer or null")
+
+
+def _check_domains(entry: dict[str, Any], where: str) -> None:
     lists = [k for k in ("allowed_domains", "blocked_domains") if entry.get(k) is not None]
     if len(lists) == 2:
         raise BadRequest(f"{where}: allowed_domains and blocked_domains are mutually exclusive")
@@ -90,9 +135,6 @@ def _check_web_fetch(entry: dict[str, Any], index: int) -> None:
             or not all(isinstance(v, str) and v.strip() for v in value)
         ):
             raise BadRequest(f"{where}.{key}: must be a list of 1 to 64 non-empty hostnames")
-    tokens = entry.get("max_content_tokens")
-    if tokens is not None and (type(tokens) is not int or tokens < 1):
-        raise BadRequest(f"{where}.max_content_tokens: must be a positive integer or null")
 
 
 def _resolve_mcp(tool: McpToolset) -> dict[str, Any]:

@@ -1,0 +1,231 @@
+"""Memory stores through the official SDK against a real server (SQLite and PostgreSQL):
+stores, memories with paths and views, preconditions (409s that say not to retry), prefix
+listing with roll-ups, versions with filters, redaction, archive and delete semantics."""
+
+from __future__ import annotations
+
+import hashlib
+
+import anthropic
+import pytest
+from anthropic.types.beta.memory_stores import BetaManagedAgentsPreconditionParam
+
+from tests.server import ServerProcess
+
+BETA = ["agent-memory-2026-07-22"]
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> anthropic.Anthropic:
+    return server.client(default_headers={"anthropic-beta": BETA[0]})
+
+
+def test_store_lifecycle(client: anthropic.Anthropic) -> None:
+    stores = client.beta.memory_stores
+    store = stores.create(name="User Preferences", metadata={"team": "a"}, betas=BETA)
+    assert store.id.startswith("memstore_") and store.type == "memory_store"
+    assert store.description == "" and store.archived_at is None
+    assert stores.retrieve(store.id) == store
+    updated = stores.update(store.id, description="likes", metadata={"team": None, "x": "1"})
+    assert updated.description == "likes" and updated.metadata == {"x": "1"}
+    assert stores.update(store.id, description="").description == ""
+    others = [stores.create(name=f"s{i}").id for i in range(3)]
+    page = stores.list(limit=2)
+    assert len(page.data) == 2 and page.next_page
+    assert set(others) <= {s.id for s in stores.list(limit=2)}  # auto-paginates
+    archived = stores.archive(store.id)
+    assert archived.archived_at is not None
+    assert store.id not in {s.id for s in stores.list(limit=100)}
+    assert store.id in {s.id for s in stores.list(limit=100, include_archived=True)}
+    with pytest.raises(anthropic.BadRequestError):
+        stores.update(store.id, name="again")
+    with pytest.raises(anthropic.BadRequestError):
+        stores.memories.create(store.id, path="/a.md", content="x")
+    deleted = stores.delete(store.id)
+    assert deleted.id == store.id and deleted.type == "memory_store_deleted"
+    with pytest.raises(anthropic.NotFoundError):
+        stores.retrieve(store.id)
+
+
+def test_memory_round_trip_and_preconditions(client: anthropic.Anthropic) -> None:
+    stores = client.beta.memory_stores
+    store = stores.create(name="notes")
+    memories = stores.memories
+    made = memories.create(store.id, path="/projects/foo/notes.md", content="héllo")
+    assert made.content is None  # basic view by default on create
+    assert made.content_sha256 == sha("héllo") and made.content_size_bytes == 6
+    full = memories.retrieve(made.id, memory_store_id=store.id)
+    assert full.content == "héllo" and full.memory_version_id == made.memory_version_id
+    assert memories.retrieve(made.id, memory_store_id=store.id, view="basic").content is None
+
+    stale: BetaManagedAgentsPreconditionParam = {
+        "type": "content_sha256",
+        "content_sha256": sha("other"),
+    }
+    with pytest.raises(anthropic.ConflictError) as caught:
+        memories.update(made.id, memory_store_id=store.id, content="new", precondition=stale)
+    err = caught.value
+    assert err.status_code == 409 and err.response.headers["x-should-retry"] == "false"
+    assert err.body["error"]["type"] == "memory_precondition_failed_error"  # type: ignore[index]
+    assert memories.retrieve(made.id, memory_store_id=store.id).content == "héllo"
+
+    fresh: BetaManagedAgentsPreconditionParam = {
+        "type": "content_sha256",
+        "content_sha256": made.content_sha256,
+    }
+    new = memories.update(
+        made.id, memory_store_id=store.id, content="new", precondition=fresh, view="full"
+    )
+    assert new.content == "new" and new.memory_version_id != made.memory_version_id
+    renamed = memories.update(made.id, memory_store_id=store.id, path="/archive/notes.md")
+    assert renamed.id == made.id and renamed.path == "/archive/notes.md"
+
+    other = memories.create(store.id, path="/b.md", content="")
+    assert other.content_size_bytes == 0 and other.content_sha256 == sha("")
+    with pytest.raises(anthropic.ConflictError) as taken:
+        memories.create(store.id, path="/b.md", content="dup")
+    assert taken.value.body["error"]["type"] == "memory_path_conflict_error"  # type: ignore[index]
+    with pytest.raises(anthropic.ConflictError):
+        memories.update(other.id, memory_store_id=store.id, path="/archive/notes.md")
+
+    with pytest.raises(anthropic.ConflictError):
+        memories.delete(other.id, memory_store_id=store.id, expected_content_sha256=sha("x"))
+    gone = memories.delete(other.id, memory_store_id=store.id, expected_content_sha256=sha(""))
+    assert gone.id == other.id and gone.type == "memory_deleted"
+    with pytest.raises(anthropic.NotFoundError):
+        memories.retrieve(other.id, memory_store_id=store.id)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "no-slash.md",
+        "/a//b.md",
+        "/a/../b.md",
+        "/./b.md",
+        "/trailing/",
+        "/ctl\x01.md",
+        "/fmt\u200b.md",
+        "/sep\u2028.md",
+        "/e\u0301.md",  # not NFC
+        "/" + "/".join(["s"] * 21),
+        "/" + "x" * 1024,
+    ],
+)
+def test_bad_paths_are_400(client: anthropic.Anthropic, path: str) -> None:
+    store = client.beta.memory_stores.create(name="paths")
+    with pytest.raises(anthropic.BadRequestError):
+        client.beta.memory_stores.memories.create(store.id, path=path, content="x")
+
+
+def test_size_limits_are_400(client: anthropic.Anthropic) -> None:
+    stores = client.beta.memory_stores
+    store = stores.create(name="sizes")
+    edge = stores.memories.create(store.id, path="/edge.md", content="a" * 102_400)
+    assert edge.content_size_bytes == 102_400
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        stores.memories.create(store.id, path="/big.md", content="é" * 51_201)
+    assert "102400" in caught.value.message
+    with pytest.raises(anthropic.BadRequestError):
+        stores.memories.update(edge.id, memory_store_id=store.id, content="a" * 102_401)
+    with pytest.raises(anthropic.BadRequestError):
+        stores.create(name="")
+    with pytest.raises(anthropic.BadRequestError):
+        stores.create(name="n", description="d" * 1025)
+    with pytest.raises(anthropic.BadRequestError):
+        stores.memories.list(store.id, path_prefix="/no-trailing-slash")
+
+
+def test_prefix_listing_and_rollups(client: anthropic.Anthropic) -> None:
+    stores = client.beta.memory_stores
+    store = stores.create(name="tree")
+    paths = [
+        "/notes/a.md",
+        "/notes/b.md",
+        "/notes/deep/c.md",
+        "/notes/deep/d.md",
+        "/notes/deeper/x/y.md",
+        "/notes-x/e.md",
+        "/top.md",
+    ]
+    for path in paths:
+        stores.memories.create(store.id, path=path, content=path)
+
+    def listed(**kw: object) -> list[tuple[str, str]]:
+        return [(i.type, i.path) for i in stores.memories.list(store.id, **kw)]  # type: ignore[arg-type]
+
+    assert [p for _, p in listed()] == sorted(paths, key=lambda p: p.encode())
+    assert [p for _, p in listed(path_prefix="/notes/")] == paths[:5]
+    assert listed(path_prefix="/notes/", depth=1) == [
+        ("memory", "/notes/a.md"),
+        ("memory", "/notes/b.md"),
+        ("memory_prefix", "/notes/deep/"),
+        ("memory_prefix", "/notes/deeper/"),
+    ]
+    assert listed(depth=1) == [
+        ("memory_prefix", "/notes-x/"),
+        ("memory_prefix", "/notes/"),
+        ("memory", "/top.md"),
+    ]
+    # Pages of 1 walk the same items, prefixes counting toward the limit.
+    first = stores.memories.list(store.id, path_prefix="/notes/", depth=1, limit=1)
+    assert len(first.data) == 1 and first.next_page
+    assert listed(path_prefix="/notes/", depth=1, limit=1) == listed(path_prefix="/notes/", depth=1)
+    full = stores.memories.list(store.id, view="full", limit=100)
+    assert len(full.data) == len(paths)
+    assert all(m.content == m.path for m in full.data if m.type == "memory")
+    with pytest.raises(anthropic.BadRequestError):
+        stores.memories.list(store.id, page="not-a-cursor")
+
+
+def test_versions_filters_and_redaction(client: anthropic.Anthropic) -> None:
+    stores = client.beta.memory_stores
+    store = stores.create(name="history")
+    memory = stores.memories.create(store.id, path="/secret.md", content="token=abc")
+    stores.memories.update(memory.id, memory_store_id=store.id, content="token=def")
+    other = stores.memories.create(store.id, path="/other.md", content="o")
+    stores.memories.delete(memory.id, memory_store_id=store.id)
+
+    versions = stores.memory_versions
+    every = list(versions.list(store.id))
+    assert [v.operation for v in every] == ["deleted", "created", "modified", "created"]
+    assert all(v.content is None for v in every)  # basic by default
+    deleted = every[0]
+    assert deleted.path == "/secret.md" and deleted.content_sha256 is None
+    mine = list(versions.list(store.id, memory_id=memory.id, view="full"))
+    assert [v.content for v in mine] == [None, "token=def", "token=abc"]
+    assert [v.memory_id for v in versions.list(store.id, operation="created")] == [
+        other.id,
+        memory.id,
+    ]
+    actor = every[0].created_by
+    assert actor is not None and actor.type == "api_actor"
+    assert len(list(versions.list(store.id, api_key_id=actor.api_key_id))) == 4
+    assert list(versions.list(store.id, session_id="sesn_nobody")) == []
+    paged = versions.list(store.id, limit=1)
+    assert len(paged.data) == 1 and paged.next_page
+    assert [v.id for v in versions.list(store.id, limit=1)] == [v.id for v in every]
+
+    first = mine[-1]
+    assert versions.retrieve(first.id, memory_store_id=store.id).content == "token=abc"
+    redacted = versions.redact(first.id, memory_store_id=store.id)
+    assert redacted.redacted_at is not None and redacted.redacted_by is not None
+    assert (redacted.content, redacted.path, redacted.content_sha256) == (None, None, None)
+    assert redacted.created_by == first.created_by
+    again = versions.retrieve(first.id, memory_store_id=store.id)
+    assert again.content is None and again.redacted_at == redacted.redacted_at
+    with pytest.raises(anthropic.NotFoundError):
+        versions.retrieve("memver_missing", memory_store_id=store.id)
+
+    # Archived: reads, deletes and redactions still work.
+    stores.archive(store.id)
+    assert stores.memories.retrieve(other.id, memory_store_id=store.id).content == "o"
+    versions.redact(mine[1].id, memory_store_id=store.id)
+    stores.memories.delete(other.id, memory_store_id=store.id)
+    stores.delete(store.id)
+    with pytest.raises(anthropic.NotFoundError):
+        versions.list(store.id)
