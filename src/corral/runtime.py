@@ -30,6 +30,7 @@ from corral.models.router import ModelRouter
 from corral.outbound import server_policy
 from corral.service.agents import AgentService
 from corral.service.environments import EnvironmentService
+from corral.service.memory_stores import MemoryStoreService
 from corral.service.events import EventService
 from corral.service.resources import SessionResources
 from corral.service.sessions import SessionService
@@ -57,6 +58,7 @@ class Runtime:
     files: FileService
     skills: SkillService
     vaults: VaultService
+    memory_stores: MemoryStoreService
     vault_secrets: VaultSecrets
     """The seam MCP clients and egress resolve credentials through (`SecretResolver`)."""
     sandboxes: SandboxPool
@@ -161,6 +163,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         files=files,
         skills=skills,
         vaults=VaultService(vault_secrets),
+        memory_stores=MemoryStoreService(store),
         vault_secrets=vault_secrets,
         sandboxes=sandboxes,
         scheduler=Scheduler(brain, concurrency=settings.workers),

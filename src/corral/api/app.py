@@ -16,7 +16,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import __version__
-from corral.api import files, resources, sessions, vaults
+from corral.api import files, memory_stores, resources, sessions, vaults
 from corral.api.http import error_response
 from corral.api.stream import StreamRouter
 from corral.errors import ApiError, NotFound, Unauthorized
@@ -107,6 +107,7 @@ def create_app(runtime: Runtime) -> Starlette:
             *sessions.routes(runtime),
             *files.routes(runtime),
             *vaults.routes(runtime),
+            *memory_stores.routes(runtime),
         ],
         lifespan=lifespan,
         exception_handlers={
