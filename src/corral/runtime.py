@@ -29,6 +29,7 @@ from corral.models.base import ModelClient
 from corral.models.router import ModelRouter
 from corral.outbound import server_policy
 from corral.service.agents import AgentService
+from corral.service.egress_credentials import EgressCredentials
 from corral.service.environments import EnvironmentService
 from corral.service.memory_stores import MemoryStoreService
 from corral.service.events import EventService
@@ -98,6 +99,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     store = open_store(settings)
     await store.open()
     vault_secrets = VaultSecrets(store, keyring)
+    egress_credentials = EgressCredentials(vault_secrets, settings.data_dir)
     models = ModelRouter(
         list(settings.model_routes), settings.env, scripted_factory=_scripted_model
     )
@@ -136,7 +138,9 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     layers = LayerBuilder(hands, settings.data_dir / "layers")
     sandboxes = SandboxPool(
         hands,
-        recipe_factory(settings, store, files, skills, layers=layers),
+        recipe_factory(
+            settings, store, files, skills, layers=layers, credentials=egress_credentials
+        ),
         standings=session_standings(store),
         hold=dirs.hold,
         purge=purge,
@@ -144,6 +148,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         after_execute=collect_outputs,
     )
     brain = BrainDeps(
+        credential_check=egress_credentials.check,
         store=store,
         models=models,
         sandboxes=sandboxes,
@@ -226,6 +231,7 @@ def recipe_factory(
     skills: SkillService,
     *,
     layers: LayerBuilder | None = None,
+    credentials: EgressCredentials | None = None,
 ) -> Callable[[str], Awaitable[SandboxRecipe]]:
     """How a session's sandbox is (re)made: environment networking and packages, file mounts,
     skills. The environment's package layer is built on first use (see `hands.layers`)."""
@@ -246,6 +252,15 @@ def recipe_factory(
                 raise HandsError("packages_unsupported", msg, retryable=False)
             mounts.append(layer_mount(await layers.ensure(spec)))
             extra_env.update(layer_env())
+        # `environment_variable` credentials: the sandbox gets placeholders, the proxy secrets
+        placeholders, interception = (
+            await credentials.for_sandbox(
+                session_id, row.body.get("vault_ids") or [], row.environment_id,
+                config.get("networking") or {"type": "unrestricted"},
+            )
+            if credentials is not None
+            else ({}, None)
+        )  # fmt: skip
         base = settings.data_dir / "sessions" / session_id
         for sub in ("workspace", "outputs"):  # the sandbox's uid is made their owner later
             (base / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -255,7 +270,8 @@ def recipe_factory(
             outputs=base / "outputs",
             networking=_networking(config),
             mounts=tuple(mounts),
-            env=extra_env,
+            env={**placeholders, **extra_env},
+            interception=interception,
             limits=Limits(disk_bytes=settings.sandbox_disk_bytes),
         )
 

@@ -9,6 +9,7 @@ import anyio
 
 from corral.brain import events as ev
 from corral.brain.context import build_request
+from corral.brain.credentials import credential_errors
 from corral.brain.decide import (
     Action,
     CallModel,
@@ -144,8 +145,10 @@ async def call_model(run: Run, action: CallModel) -> None:
         assert run.deps.sandboxes is not None
         await run.deps.sandboxes.ensure(run.fence.session_id)
     model_name = str(agent["model"]["id"])
+    # a turn starts: say which credentials cannot reach their hosts
+    warnings = await credential_errors(run) if _going_running(run) else []
     start = ev.event("span.model_request_start")
-    await run.append(*_going_running(run), start)
+    await run.append(*_going_running(run), *warnings, start)
     messages = run.messages()  # exactly the log up to `start`: what this call answers
     skills = await _skill_lines(run, agent)
     request = build_request(agent, messages, model_name=model_name, skills=skills)

@@ -84,6 +84,11 @@ class BrainStats:
         }
 
 
+CredentialCheck = Callable[[SessionRow], Awaitable[list[dict[str, Any]]]]
+"""A session -> `credential_host_unreachable_error` bodies (type, message, credential_id,
+vault_id) for its credentials whose hosts its environment's networking blocks."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrainDeps:
     """What a brain is given; nothing here holds session state but the memo (a cache)."""
@@ -93,6 +98,8 @@ class BrainDeps:
     sandboxes: SandboxPool | None
     settings: BrainSettings
     skills: SkillCatalog | None = None
+    credential_check: CredentialCheck | None = None
+    """Run when a turn starts (None: credentials are not checked)."""
     web_search: WebSearch | None = None
     """The operator's search provider (None: `web_search` calls get an error result)."""
     memo: Memo = field(default_factory=Memo)
