@@ -31,6 +31,7 @@ from corral.outbound import server_policy
 from corral.service.agents import AgentService
 from corral.service.egress_credentials import EgressCredentials
 from corral.service.environments import EnvironmentService
+from corral.service.memory_resources import MemoryResources
 from corral.service.memory_stores import MemoryStoreService
 from corral.service.events import EventService
 from corral.service.resources import SessionResources
@@ -158,6 +159,8 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
             lease_seconds=settings.lease_seconds, eager_sandboxes=settings.eager_sandboxes
         ),
     )
+    memory_stores = MemoryStoreService(store)
+    sessions.resources.memory = MemoryResources(memory_stores)
     runtime = Runtime(
         settings=settings,
         store=store,
@@ -168,7 +171,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         files=files,
         skills=skills,
         vaults=VaultService(vault_secrets),
-        memory_stores=MemoryStoreService(store),
+        memory_stores=memory_stores,
         vault_secrets=vault_secrets,
         sandboxes=sandboxes,
         scheduler=Scheduler(brain, concurrency=settings.workers),

@@ -10,6 +10,8 @@ import anthropic
 import pytest
 from anthropic.types.beta.memory_stores import BetaManagedAgentsPreconditionParam
 
+from tests.api.helpers import say, wait_idle
+from tests.fakes.messages_server import FakeModelServer, ScriptedTurns, Text, Turn
 from tests.server import ServerProcess
 
 BETA = ["agent-memory-2026-07-22"]
@@ -229,3 +231,71 @@ def test_versions_filters_and_redaction(client: anthropic.Anthropic) -> None:
     stores.delete(store.id)
     with pytest.raises(anthropic.NotFoundError):
         versions.list(store.id)
+
+
+def test_session_resources_prompt_and_list_filter(
+    client: anthropic.Anthropic, fake_model: FakeModelServer
+) -> None:
+    fake_model.reset(ScriptedTurns([Turn([Text("ok")])], repeat_last=True))
+    stores = client.beta.memory_stores
+    prefs = stores.create(name="User Preferences!", description="What the user likes")
+    team = stores.create(name="team notes")
+    agent = client.beta.agents.create(model="claude-sonnet-4-5", name="m", system="You help.")
+    env = client.beta.environments.create(name="e", config={"type": "cloud"})
+    session = client.beta.sessions.create(
+        agent=agent.id,
+        environment_id=env.id,
+        resources=[
+            {"type": "memory_store", "memory_store_id": prefs.id, "instructions": "Be brief."},
+            {"type": "memory_store", "memory_store_id": team.id, "access": "read_only"},
+        ],
+    )
+    first, second = session.resources
+    assert first.type == "memory_store" and second.type == "memory_store"
+    assert first.mount_path == "/mnt/memory/user-preferences" and first.access == "read_write"
+    assert first.name == "User Preferences!" and first.description == "What the user likes"
+    assert first.instructions == "Be brief."
+    assert second.mount_path == "/mnt/memory/team-notes" and second.access == "read_only"
+    stores.update(prefs.id, name="renamed")  # a snapshot: the session keeps the old name
+    again = client.beta.sessions.retrieve(session.id).resources[0]
+    assert again.type == "memory_store" and again.name == "User Preferences!"
+
+    other = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    found = {s.id for s in client.beta.sessions.list(memory_store_id=team.id)}
+    assert session.id in found and other.id not in found
+    assert list(client.beta.sessions.list(memory_store_id="memstore_none")) == []
+
+    say(client, session.id, "hi")
+    wait_idle(client, session.id)
+    system = fake_model.requests[-1]["system"]
+    text = system if isinstance(system, str) else " ".join(b["text"] for b in system)
+    assert "/mnt/memory/user-preferences (read_write): User Preferences!" in text
+    assert "What the user likes" in text and "Instructions: Be brief." in text
+    assert "/mnt/memory/team-notes (read_only): team notes" in text
+
+    for bad in (
+        {"type": "memory_store", "memory_store_id": "memstore_missing"},
+        {"type": "memory_store", "memory_store_id": team.id, "access": "write_only"},
+        {"type": "memory_store", "memory_store_id": team.id, "instructions": "x" * 4097},
+    ):
+        with pytest.raises(anthropic.BadRequestError):
+            client.beta.sessions.create(
+                agent=agent.id,
+                environment_id=env.id,
+                resources=[bad],  # type: ignore[list-item]
+            )
+    twice = {"type": "memory_store", "memory_store_id": team.id}
+    with pytest.raises(anthropic.BadRequestError):
+        client.beta.sessions.create(
+            agent=agent.id,
+            environment_id=env.id,
+            resources=[twice, twice],  # type: ignore[list-item]
+        )
+    stores.archive(team.id)
+    with pytest.raises(anthropic.BadRequestError) as archived:
+        client.beta.sessions.create(
+            agent=agent.id,
+            environment_id=env.id,
+            resources=[twice],  # type: ignore[list-item]
+        )
+    assert "archived" in archived.value.message

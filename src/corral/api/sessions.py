@@ -50,10 +50,13 @@ def routes(runtime: Runtime) -> list[Route]:
         agent_id = request.query_params.get("agent_id")
         if agent_version is not None and not agent_id:
             raise BadRequest("agent_version: only allowed together with agent_id")
-        if request.query_params.get("memory_store_id"):
-            return {"data": [], "next_page": None, "prev_page": None}
         page = list_page(request, default=20, maximum=1000, order=query_order(request, "desc"))
-        where = SessionFilter(agent_id=agent_id, agent_version=agent_version, statuses=statuses)
+        where = SessionFilter(
+            agent_id=agent_id,
+            agent_version=agent_version,
+            statuses=statuses,
+            memory_store_id=request.query_params.get("memory_store_id") or None,
+        )
         return await sessions.list(page, where)
 
     async def send(request: Request) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 
 from corral.brain import events as ev
-from corral.brain.context import build_request
+from corral.brain.context import build_request, with_memory_section
 from corral.brain.credentials import credential_errors
 from corral.brain.decide import (
     Action,
@@ -152,6 +152,7 @@ async def call_model(run: Run, action: CallModel) -> None:
     messages = run.messages()  # exactly the log up to `start`: what this call answers
     skills = await _skill_lines(run, agent)
     request = build_request(agent, messages, model_name=model_name, skills=skills)
+    request = with_memory_section(request, run.session.body)
     response, error = await _attempt(run, model_name, request, since)
     if response is not None:
         await _record_response(run, start["id"], response)

@@ -7,6 +7,7 @@ at a time, so a step costs what the new events add, not the whole conversation.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -66,6 +67,38 @@ def system_prompt(agent: dict[str, Any], skills: Sequence[tuple[str, str]]) -> s
         "instructions at /mnt/skills/<name>/SKILL.md.\n" + "\n".join(lines) + "\n</skills>"
     )
     return f"{base}\n\n{section}" if base else section
+
+
+def memory_section(resources: Sequence[Mapping[str, Any]]) -> str | None:
+    """The system prompt's memory section: each attached store's mount, access, name,
+    description and per-session instructions (all snapshotted on the session's resource)."""
+    stores = [r for r in resources if r.get("type") == "memory_store"]
+    if not stores:
+        return None
+    lines = []
+    for store in stores:
+        line = f"- {store['mount_path']} ({store.get('access') or 'read_write'}): {store['name']}"
+        if store.get("description"):
+            line += f" - {store['description']}"
+        if store.get("instructions"):
+            line += f"\n  Instructions: {store['instructions']}"
+        lines.append(line)
+    return (
+        "<memory>\nThese memory stores are mounted in your sandbox; they outlive this session. "
+        "Read them before starting work. In a read_write store, files you create, change or "
+        "delete (UTF-8 text, at most 100 KB each) are saved to the store when your tool call "
+        "ends; if someone else changed the same file meanwhile, their version wins and the "
+        "tool result says so.\n" + "\n".join(lines) + "\n</memory>"
+    )
+
+
+def with_memory_section(request: ModelRequest, session: Mapping[str, Any]) -> ModelRequest:
+    """`request` with the memory section appended to its system prompt, if any store."""
+    section = memory_section(session.get("resources") or [])
+    if section is None:
+        return request
+    system = f"{request.system}\n\n{section}" if request.system else section
+    return dataclasses.replace(request, system=system)
 
 
 def build_request(

@@ -8,6 +8,7 @@ from typing import Any
 from corral.errors import BadRequest, NotFound
 from corral.files.service import FileService
 from corral.ids import new_id, now_rfc3339
+from corral.service.memory_resources import MemoryResources
 from corral.wire.sessions import FileResource
 
 UPLOADS = "/mnt/session/uploads"
@@ -33,9 +34,13 @@ class SessionResources:
 
     def __init__(self, files: FileService) -> None:
         self.files = files
+        self.memory: MemoryResources | None = None
+        """Builds `memory_store` entries; set by the runtime, which serves memory stores."""
 
     async def build(self, item: Any, where: str, taken: set[str]) -> dict[str, Any]:
         """A stored resource entry for a create/add request item."""
+        if getattr(item, "type", None) == "memory_store" and self.memory is not None:
+            return await self.memory.build(item, where, taken)
         if not isinstance(item, FileResource):
             raise BadRequest(
                 f"{where}: '{item.type}' resources are not supported by this server yet",

@@ -65,6 +65,8 @@ class SessionFilter:
     agent_version: int | None = None
     statuses: Sequence[str] = ()
     environment_id: str | None = None
+    memory_store_id: str | None = None
+    """Sessions with a `memory_store` resource of this store."""
 
 
 class ResourceStore(Protocol):

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from corral.ids import new_id
-from corral.store.base import Store
+from corral.store.base import Page, SessionFilter, SessionRow, Store
 from corral.store.conformance_support import Check, raises
 from corral.store.memory import (
     MemoryChange,
@@ -219,6 +219,36 @@ async def check_memory_purge(store: Store) -> None:
     assert await store.get_memory(keep, kept.id) == kept
 
 
+async def check_sessions_by_memory_store(store: Store) -> None:
+    """`SessionFilter.memory_store_id` finds sessions with that store among their resources."""
+    wanted = new_id("memstore")
+    resources = [
+        {"type": "file", "file_id": "file_1", "mount_path": "/mnt/data/x"},
+        {"type": "memory_store", "memory_store_id": wanted, "mount_path": "/mnt/memory/a"},
+    ]
+    rows = {}
+    for name, body in (
+        ("with", {"resources": resources}),
+        ("other", {"resources": [{**resources[1], "memory_store_id": new_id("memstore")}]}),
+        ("none", {"resources": []}),
+        ("null", {"resources": None}),
+        ("missing", {}),
+    ):
+        rows[name] = SessionRow(
+            id=new_id("sesn"),
+            created_at="2025-01-01T00:00:00.000000Z",
+            environment_id="env_x",
+            agent_id="agent_x",
+            agent_version=1,
+            body=body,
+        )
+        await store.create_session(rows[name], [])
+    found = await store.list_sessions(Page(limit=10), SessionFilter(memory_store_id=wanted))
+    assert [r.id for r in found] == [rows["with"].id]
+    everything = await store.list_sessions(Page(limit=10), SessionFilter())
+    assert len(everything) == 5
+
+
 MEMORY_CHECKS: list[Check] = [
     check_memory_write_cycle,
     check_memory_preconditions,
@@ -228,4 +258,5 @@ MEMORY_CHECKS: list[Check] = [
     check_memory_version_filters,
     check_memory_redaction,
     check_memory_purge,
+    check_sessions_by_memory_store,
 ]

@@ -295,6 +295,14 @@ def session_where(where: SessionFilter, clause: str, args: list[Any]) -> tuple[s
         if value is not None:
             clause += f" AND {column} = %s"
             args.append(value)
+    if where.memory_store_id is not None:
+        clause += (
+            " AND EXISTS (SELECT 1 FROM json_array_elements(CASE WHEN "
+            "json_typeof(body -> 'resources') = 'array' THEN body -> 'resources' "
+            "ELSE '[]'::json END) AS r WHERE r ->> 'type' = 'memory_store' AND "
+            "r ->> 'memory_store_id' = %s)"
+        )
+        args.append(where.memory_store_id)
     if where.statuses:
         clause += " AND status = ANY(%s)"
         args.append(list(where.statuses))

@@ -742,6 +742,13 @@ def _session_where(where: SessionFilter, clause: str, args: list[Any]) -> tuple[
     if where.environment_id is not None:
         clause += " AND environment_id = ?"
         args.append(where.environment_id)
+    if where.memory_store_id is not None:
+        clause += (
+            " AND EXISTS (SELECT 1 FROM json_each(body, '$.resources') AS r WHERE "
+            "json_extract(r.value, '$.type') = 'memory_store' AND "
+            "json_extract(r.value, '$.memory_store_id') = ?)"
+        )
+        args.append(where.memory_store_id)
     if where.statuses:
         clause += f" AND status IN ({','.join('?' * len(where.statuses))})"
         args.extend(where.statuses)
