@@ -142,7 +142,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         recipe_factory(
             settings, store, files, skills, layers=layers, credentials=egress_credentials
         ),
-        standings=session_standings(store),
+        standings=session_standings(store, credentials=egress_credentials),
         hold=dirs.hold,
         purge=purge,
         idle_seconds=settings.sandbox_idle_seconds,
@@ -296,9 +296,13 @@ def recipe_generation(row: SessionRow, env: Resource | None) -> str | None:
     return hashlib.sha256(encoded.encode()).hexdigest()
 
 
-def session_standings(store: Store, *, concurrency: int = 8) -> Standings:
+def session_standings(
+    store: Store, *, concurrency: int = 8, credentials: EgressCredentials | None = None
+) -> Standings:
     """`SandboxPool`'s view of sessions: generation per existing session, in one batch
-    (concurrent reads; each environment read once)."""
+    (concurrent reads; each environment read once). With `credentials`, the state of a
+    session's `environment_variable` credentials is part of it (an archived or updated
+    credential re-makes the sandbox that substitutes it)."""
 
     async def standings(session_ids: Sequence[str]) -> dict[str, str | None]:
         rows: list[SessionRow] = []
@@ -317,7 +321,12 @@ def session_standings(store: Store, *, concurrency: int = 8) -> Standings:
             env_id: await store.get_resource("environment", env_id)
             for env_id in {row.environment_id for row in rows}
         }
-        return {row.id: recipe_generation(row, envs[row.environment_id]) for row in rows}
+        generations = {row.id: recipe_generation(row, envs[row.environment_id]) for row in rows}
+        for row in rows:
+            generation, vault_ids = generations[row.id], row.body.get("vault_ids")
+            if credentials is not None and generation is not None and vault_ids:
+                generations[row.id] = f"{generation}:{await credentials.fingerprint(vault_ids)}"
+        return generations
 
     return standings
 
