@@ -12,10 +12,12 @@ import anyio
 import typer
 from rich.console import Console
 
+from corral.cli_envkeys import env_key_app
 from corral.config import Settings, ensure_api_keys, load_settings
 from corral.serving import serve_async, tune_gc
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app.add_typer(env_key_app, name="env-key")
 console = Console(stderr=True)
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.")]

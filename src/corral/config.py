@@ -36,6 +36,9 @@ class Settings:
     workers: int = 256
     """Concurrent brain slots in this process (0 = API only)."""
     lease_seconds: float = 10.0
+    work_ttl_seconds: int = 90
+    """Lease of a self-hosted work item: a worker silent this long has lost it (its call in
+    flight is answered with an error). 90 is what the SDK's worker assumes."""
     sandbox_idle_seconds: float = 600.0
     sandbox_disk_bytes: int = 4 * 1024**3
     """Disk quota of one sandbox's /workspace and outputs together (also the largest file)."""
@@ -119,6 +122,7 @@ def _from_toml(doc: dict[str, Any]) -> dict[str, Any]:
             "port",
             "workers",
             "lease_seconds",
+            "work_ttl_seconds",
             "sandbox_idle_seconds",
             "sandbox_disk_bytes",
             "bwrap",
@@ -177,6 +181,17 @@ def _egress_from_env(env: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+def _work_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """`CORRAL_WORK_TTL_SECONDS`: self-hosted work leases (docs/self_hosted.md)."""
+    if not env.get("CORRAL_WORK_TTL_SECONDS"):
+        return {}
+    return {
+        "work_ttl_seconds": _positive(
+            "CORRAL_WORK_TTL_SECONDS", int(env["CORRAL_WORK_TTL_SECONDS"])
+        )
+    }
+
+
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if env.get("CORRAL_DATA_DIR"):
@@ -194,6 +209,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     if env.get("CORRAL_EAGER_SANDBOXES") == "1":
         out["eager_sandboxes"] = True
     out.update(_egress_from_env(env))
+    out.update(_work_from_env(env))
     for key in ("max_files", "max_bytes_per_call", "max_bytes_per_session"):
         if env.get(f"CORRAL_OUTPUTS_{key.upper()}"):
             out[f"outputs_{key}"] = int(env[f"CORRAL_OUTPUTS_{key.upper()}"])

@@ -38,7 +38,9 @@ from corral.service.resources import SessionResources
 from corral.service.sessions import SessionService
 from corral.service.skills import SkillService
 from corral.service.vaults import VaultService
+from corral.service.work import WorkService
 from corral.store.base import Resource, SessionRow, Store
+from corral.store.work import work_items_for
 from corral.tools.web_search import WebSearch
 from corral.vault.crypto import Keyring
 from corral.vault.keys import load_keys
@@ -66,6 +68,8 @@ class Runtime:
     sandboxes: SandboxPool
     scheduler: Scheduler
     models: ModelRouter
+    work: WorkService | None = None
+    """The self-hosted work queue and its workers' credentials (docs/self_hosted.md)."""
 
 
 def open_store(settings: Settings) -> Store:
@@ -99,6 +103,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     keyring = _vault_keyring(settings)  # before the store opens: a bad key fails fast
     store = open_store(settings)
     await store.open()
+    work_items = work_items_for(store)
     vault_secrets = VaultSecrets(store, keyring)
     egress_credentials = EgressCredentials(vault_secrets, settings.data_dir)
     models = ModelRouter(
@@ -122,7 +127,14 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         uid_range=UidRange(*settings.sandbox_uid_range),
     )
     purge = storage_purger(dirs, files, hands.free_uid)
-    sessions = SessionService(store, agents, SessionResources(files), purge=purge)
+    sessions = SessionService(
+        store,
+        agents,
+        SessionResources(files),
+        purge=purge,
+        work=work_items,
+        work_ttl_seconds=settings.work_ttl_seconds,
+    )
     outputs = OutputCollector(
         files,
         OutputLimits(
@@ -142,7 +154,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         recipe_factory(
             settings, store, files, skills, layers=layers, credentials=egress_credentials
         ),
-        standings=session_standings(store, credentials=egress_credentials),
+        standings=session_standings(store),
         hold=dirs.hold,
         purge=purge,
         idle_seconds=settings.sandbox_idle_seconds,
@@ -155,8 +167,11 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         sandboxes=sandboxes,
         skills=skills,
         web_search=web_search,
+        work=work_items,
         settings=BrainSettings(
-            lease_seconds=settings.lease_seconds, eager_sandboxes=settings.eager_sandboxes
+            lease_seconds=settings.lease_seconds,
+            eager_sandboxes=settings.eager_sandboxes,
+            work_ttl_seconds=settings.work_ttl_seconds,
         ),
     )
     memory_stores = MemoryStoreService(store)
@@ -176,6 +191,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         sandboxes=sandboxes,
         scheduler=Scheduler(brain, concurrency=settings.workers),
         models=models,
+        work=WorkService(store, work_items, ttl_seconds=settings.work_ttl_seconds),
     )
     try:
         yield runtime
@@ -296,13 +312,9 @@ def recipe_generation(row: SessionRow, env: Resource | None) -> str | None:
     return hashlib.sha256(encoded.encode()).hexdigest()
 
 
-def session_standings(
-    store: Store, *, concurrency: int = 8, credentials: EgressCredentials | None = None
-) -> Standings:
+def session_standings(store: Store, *, concurrency: int = 8) -> Standings:
     """`SandboxPool`'s view of sessions: generation per existing session, in one batch
-    (concurrent reads; each environment read once). With `credentials`, the state of a
-    session's `environment_variable` credentials is part of it (an archived or updated
-    credential re-makes the sandbox that substitutes it)."""
+    (concurrent reads; each environment read once)."""
 
     async def standings(session_ids: Sequence[str]) -> dict[str, str | None]:
         rows: list[SessionRow] = []
@@ -321,12 +333,7 @@ def session_standings(
             env_id: await store.get_resource("environment", env_id)
             for env_id in {row.environment_id for row in rows}
         }
-        generations = {row.id: recipe_generation(row, envs[row.environment_id]) for row in rows}
-        for row in rows:
-            generation, vault_ids = generations[row.id], row.body.get("vault_ids")
-            if credentials is not None and generation is not None and vault_ids:
-                generations[row.id] = f"{generation}:{await credentials.fingerprint(vault_ids)}"
-        return generations
+        return {row.id: recipe_generation(row, envs[row.environment_id]) for row in rows}
 
     return standings
 

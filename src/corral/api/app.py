@@ -16,9 +16,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import __version__
-from corral.api import files, memory_stores, resources, sessions, vaults
+from corral.api import files, memory_stores, resources, sessions, vaults, work
 from corral.api.http import error_response
 from corral.api.stream import StreamRouter
+from corral.api.work import WorkerAuth
 from corral.errors import ApiError, NotFound, Unauthorized
 from corral.runtime import Runtime
 
@@ -28,26 +29,37 @@ log = logging.getLogger("corral.api")
 class ApiKeyAuth:
     """Every /v1 route needs `x-api-key` or `Authorization: Bearer` with a known key."""
 
-    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
+    def __init__(
+        self, app: ASGIApp, keys: tuple[str, ...], workers: WorkerAuth | None = None
+    ) -> None:
         self.app = app
         self.keys = tuple(k.encode() for k in keys)
+        self.workers = workers
+        """Checks the scoped credentials of self-hosted workers (environment keys, sessions
+        tokens) when the bearer is not an API key."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         guarded = scope["type"] == "http" and scope["path"].startswith("/v1")
-        if guarded and not self._allowed(Request(scope)):
-            await error_response(Unauthorized("invalid or missing API key"))(scope, receive, send)
-            return
+        if guarded:
+            refusal = await self._refusal(Request(scope))
+            if refusal is not None:
+                await error_response(refusal)(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
-    def _allowed(self, request: Request) -> bool:
+    async def _refusal(self, request: Request) -> ApiError | None:
         given = request.headers.get("x-api-key")
         auth = request.headers.get("authorization", "")
         if given is None and auth.lower().startswith("bearer "):
             given = auth[7:].strip()
-        if not given:
-            return False
-        candidate = given.encode()
-        return any(hmac.compare_digest(candidate, key) for key in self.keys)
+        if given and any(hmac.compare_digest(given.encode(), key) for key in self.keys):
+            return None
+        if self.workers is None:
+            return Unauthorized("invalid or missing API key")
+        try:
+            return await self.workers.refusal(request.method, request.url.path, given)
+        except ApiError as exc:
+            return exc
 
 
 def create_app(runtime: Runtime) -> Starlette:
@@ -108,6 +120,7 @@ def create_app(runtime: Runtime) -> Starlette:
             *files.routes(runtime),
             *vaults.routes(runtime),
             *memory_stores.routes(runtime),
+            *(work.routes(runtime.work) if runtime.work is not None else []),
         ],
         lifespan=lifespan,
         exception_handlers={
@@ -127,4 +140,5 @@ def create_asgi(runtime: Runtime) -> ASGIApp:
     router = StreamRouter(
         app, runtime.store, error_response, ping_seconds=runtime.settings.sse_ping_seconds
     )
-    return ApiKeyAuth(router, runtime.settings.api_keys)
+    workers = WorkerAuth(runtime.work, runtime.store) if runtime.work is not None else None
+    return ApiKeyAuth(router, runtime.settings.api_keys, workers)

@@ -12,6 +12,7 @@ from corral.brain.context import build_request, with_memory_section
 from corral.brain.credentials import credential_errors
 from corral.brain.decide import (
     Action,
+    AnswerLost,
     CallModel,
     FinishTurn,
     Halt,
@@ -21,6 +22,7 @@ from corral.brain.decide import (
     RequestAction,
     RunTool,
 )
+from corral.brain.remote import answer_lost, request_action
 from corral.brain.run import Run
 from corral.brain.state import ToolCall
 from corral.brain.stream import stream_response
@@ -48,7 +50,9 @@ async def act(run: Run, action: Action) -> None:
         case RepairDangling():
             await repair_dangling(run, action.calls)
         case RequestAction():
-            await run.append(ev.status_idle("requires_action", action.event_ids))
+            await request_action(run, action)
+        case AnswerLost():
+            await answer_lost(run, action)
         case HandleInterrupt() | FinishTurn():
             await run.append(ev.status_idle("end_turn"))
         case Halt():

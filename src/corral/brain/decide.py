@@ -25,6 +25,13 @@ class RepairDangling:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerLost:
+    """Remote calls whose worker's lease expired: answer each with an error, exactly once."""
+
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class HandleInterrupt:
     """Close the turn after a `user.interrupt`."""
 
@@ -65,6 +72,7 @@ class FinishTurn:
 Action = (
     Halt
     | RepairDangling
+    | AnswerLost
     | HandleInterrupt
     | RefuseTool
     | RunTool
@@ -84,6 +92,9 @@ def decide(state: SessionState) -> Action:
         return RepairDangling(dangling)
     if state.interrupt_pending:
         return HandleInterrupt()
+    lost = tuple(c for c in open_calls if state.lost(c))
+    if lost:
+        return AnswerLost(lost)
     for call in open_calls:
         if call.confirmation == "deny":
             return RefuseTool(call)
@@ -101,6 +112,6 @@ def decide(state: SessionState) -> Action:
 
 def _runnable(call: ToolCall) -> bool:
     """A server-side call that policy or the client allowed (never started: see above)."""
-    if call.kind == "custom":
-        return False
+    if call.kind == "custom" or call.remote:
+        return False  # the client or the self-hosted worker runs it
     return call.permission == "allow" or call.confirmation == "allow"

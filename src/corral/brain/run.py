@@ -22,6 +22,7 @@ from corral.brain.state import SessionState, apply
 from corral.models.base import ModelClient
 from corral.session.log import EventQuery, Fence, NewEvents, StoredEvent, Subscription
 from corral.store.base import SessionRow, Store
+from corral.store.work_base import WorkItems
 from corral.tools.web_search import WebSearch
 from corral.wire.events import parse_event
 
@@ -49,6 +50,8 @@ class BrainSettings:
     retry_max_seconds: float = 8.0
     max_steps_per_turn: int = 500
     """Steps (one tool or model call each) before a turn is stopped as runaway."""
+    work_ttl_seconds: int = 90
+    """Lease of the work items queued for self-hosted sessions."""
     eager_sandboxes: bool = False
     """Provision the sandbox before the first model call (only to measure the coupled design)."""
 
@@ -102,6 +105,8 @@ class BrainDeps:
     """Run when a turn starts (None: credentials are not checked)."""
     web_search: WebSearch | None = None
     """The operator's search provider (None: `web_search` calls get an error result)."""
+    work: WorkItems | None = None
+    """The self-hosted work queue (None: no session can have remote hands)."""
     memo: Memo = field(default_factory=Memo)
     stats: BrainStats = field(default_factory=BrainStats)
 

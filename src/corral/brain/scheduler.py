@@ -11,12 +11,15 @@ import socket
 import anyio
 
 from corral.brain.loop import drive
+from corral.brain.remote import tend_work
 from corral.brain.run import BrainDeps
 from corral.ids import new_id
 from corral.session.log import Fence
 
 log = logging.getLogger("corral.scheduler")
 SANDBOX_TICK_SECONDS = 2.0
+WORK_CHECK_SECONDS = 2.0
+"""How often expired self-hosted work leases are looked for (at most a third of their ttl)."""
 """How often this process's sandboxes are checked against their sessions (and reaped)."""
 
 
@@ -61,6 +64,9 @@ class Scheduler:
             return
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._tend_sandboxes)
+            if self.deps.work is not None:
+                interval = min(WORK_CHECK_SECONDS, self.deps.settings.work_ttl_seconds / 3)
+                tg.start_soon(tend_work, self.deps.store, self.deps.work, interval)
             while True:
                 free = self.concurrency - self._busy
                 if free <= 0:

@@ -18,6 +18,7 @@ from corral.wire.events import (
     AgentMcpToolUseEvent,
     AgentToolResultEvent,
     AgentToolUseEvent,
+    HandsRemoteEvent,
     LogEvent,
     LogFormatEvent,
     SessionErrorEvent,
@@ -34,6 +35,7 @@ from corral.wire.events import (
     UserMessageEvent,
     UserToolConfirmationEvent,
     UserToolResultEvent,
+    WorkerLostEvent,
     parse_event,
 )
 
@@ -61,6 +63,8 @@ class ToolCall:
     abandoned: bool = False
     legacy: bool = False
     """Logged by a brain that wrote no start markers (before `corral.log_format`)."""
+    remote: bool = False
+    """A built-in call of a self-hosted session: its worker runs it and posts the result."""
 
     @property
     def resolved(self) -> bool:
@@ -74,6 +78,8 @@ class ToolCall:
             return False
         if self.kind == "custom":
             return True
+        if self.remote:
+            return self.confirmation != "deny"  # the worker's result (after any confirmation)
         return self.permission == "ask" and self.confirmation is None
 
 
@@ -103,8 +109,21 @@ class SessionState:
     """Open span.model_request_start id -> seq: a response answers what was logged before it."""
     format_seq: int = 0
     """Seq of `corral.log_format` (0: only older brains have written to this log)."""
+    remote_hands: bool = False
+    """Built-in tools run on a self-hosted worker (`corral.hands_remote`)."""
+    worker_lost_seq: int = 0
+    """Seq of the last `corral.worker_lost`: remote calls logged before it lost their worker."""
     turn_starts: dict[str, int] = field(default_factory=dict)
     """Tool name -> calls started in the current turn (per-turn limits such as max_uses)."""
+
+    def lost(self, call: ToolCall) -> bool:
+        """A remote call its worker may have been running when its lease expired: it gets an
+        error result, because no worker will answer it (and none may run it again)."""
+        return (
+            call.remote
+            and call.seq < self.worker_lost_seq
+            and (call.permission == "allow" or call.confirmation == "allow")
+        )
 
     @property
     def interrupt_pending(self) -> bool:
@@ -160,6 +179,10 @@ def _apply_call_event(state: SessionState, seq: int, event: LogEvent) -> bool:
                 state.turn_starts[call.name] = state.turn_starts.get(call.name, 0) + 1
         case LogFormatEvent():
             _mark_format(state, seq)
+        case HandsRemoteEvent():
+            state.remote_hands = True
+        case WorkerLostEvent():
+            state.worker_lost_seq = seq
         case _:
             return False
     return True
@@ -214,6 +237,7 @@ def _add_call(state: SessionState, seq: int, event: ToolUse) -> None:
         permission=permission,
         seq=seq,
         legacy=state.format_seq == 0,
+        remote=state.remote_hands and kind == "builtin",
     )
     state.calls[call.event_id] = call
     state.open[call.event_id] = call

@@ -109,13 +109,22 @@ class EventService:
         if row.summary.status == "terminated":
             raise BadRequest(f"session {session_id} is terminated")
         bodies = []
+        remote: bool | None = None
         for index, item in enumerate(req.events):
             body = item.model_dump(exclude_none=True)
-            _refuse_unsupported(index, body)
+            if body["type"] == "user.tool_result" and remote is None:
+                remote = await self._self_hosted(row.environment_id)
+            _refuse_unsupported(index, body, remote=bool(remote))
             bodies.append(client_event(body))
         wake = any(b["type"] in _WAKES for b in bodies)
         stored = await self.store.append_checked(session_id, bodies, _check, wake=wake)
         return {"data": [s.body for s in stored]}
+
+    async def _self_hosted(self, environment_id: str) -> bool:
+        """Whether built-in tools of the environment's sessions run on a self-hosted worker
+        (an environment's type cannot change)."""
+        env = await self.store.get_resource("environment", environment_id)
+        return env is not None and env.body["config"]["type"] == "self_hosted"
 
     async def list(
         self,
@@ -154,10 +163,10 @@ class EventService:
         }
 
 
-def _refuse_unsupported(index: int, body: dict[str, Any]) -> None:
+def _refuse_unsupported(index: int, body: dict[str, Any], *, remote: bool = False) -> None:
     """Event types this server never accepts; no state needed, so checked before the store."""
     where = f"events[{index}]"
-    if body["type"] == "user.tool_result":
+    if body["type"] == "user.tool_result" and not remote:
         raise BadRequest(f"{where}: user.tool_result is only accepted for self_hosted environments")
     if body["type"] == "user.define_outcome":
         raise BadRequest(f"{where}: user.define_outcome is not supported by this server yet")
@@ -171,6 +180,10 @@ def _check(book: CallBook, index: int, body: dict[str, Any]) -> None:
     kind = body["type"]
     if kind == "user.custom_tool_result":
         _check_answer(book, where, str(body["custom_tool_use_id"]), "custom", "custom_tool_use_id")
+    elif kind == "user.tool_result":
+        call = _check_answer(book, where, str(body["tool_use_id"]), "builtin", "tool_use_id")
+        if call.permission == "ask" and call.confirmation != "allow":
+            raise BadRequest(f"{where}.tool_use_id: that tool use awaits its confirmation")
     elif kind == "user.tool_confirmation":
         call = _check_answer(book, where, str(body["tool_use_id"]), None, "tool_use_id")
         if call.kind == "custom" or call.permission != "ask":

@@ -12,6 +12,7 @@ from corral.service.agents import AgentService, model_config
 from corral.service.common import apply_metadata_patch, page_envelope
 from corral.service.resources import SessionResources
 from corral.store.base import Page, SessionFilter, SessionRow, Store
+from corral.store.work_base import WorkItems
 from corral.tools.resolve import resolve_tools
 from corral.vault.secrets import VAULT_KIND
 from corral.wire.sessions import (
@@ -57,11 +58,15 @@ class SessionService:
         resources: SessionResources,
         *,
         purge: Callable[[str], Awaitable[object]] | None = None,
+        work: WorkItems | None = None,
+        work_ttl_seconds: int = 90,
     ) -> None:
         self.store = store
         self.agents = agents
         self.resources = resources
         self._purge = purge
+        self._work = work
+        self._work_ttl = work_ttl_seconds
 
     async def create(self, req: SessionCreate) -> dict[str, Any]:
         """A new idle session; `initial_events` are appended and wake the brain."""
@@ -74,11 +79,9 @@ class SessionService:
             raise BadRequest(
                 f"environment {req.environment_id} is archived", error_code="environment_archived"
             )
-        if environment.body["config"]["type"] == "self_hosted":
-            raise BadRequest(
-                "environment_id: self_hosted environments cannot run sessions on "
-                "this server yet; use a cloud environment"
-            )
+        remote = environment.body["config"]["type"] == "self_hosted"
+        if remote and self._work is None:
+            raise BadRequest("environment_id: this server has no work queue for self_hosted")
         vault_ids = await self._check_vaults(req.vault_ids or [])
         if req.budget is not None:
             raise BadRequest("budget: budgets are not supported by this server")
@@ -107,7 +110,11 @@ class SessionService:
         for event in initial:
             if event["type"] != "user.message":
                 raise BadRequest("initial_events: user.define_outcome is not supported yet")
+        if remote:  # its built-in tools run on a worker (brain/remote.py), which it needs now
+            initial.insert(0, client_event({"type": "corral.hands_remote"}))
         await self.store.create_session(row, initial)
+        if remote and self._work is not None:
+            await self._work.ensure_work(row.environment_id, row.id, self._work_ttl)
         return await self.get(row.id)
 
     async def _check_vaults(self, vault_ids: list[str]) -> list[str]:

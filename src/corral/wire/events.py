@@ -410,6 +410,21 @@ class LogFormatEvent(Logged):
     version: int
 
 
+class HandsRemoteEvent(Logged):
+    """`corral.hands_remote` (internal): this session's built-in tools run on a self-hosted
+    worker, which answers them with `user.tool_result`; the brain never runs them."""
+
+    type: Literal["corral.hands_remote"]
+
+
+class WorkerLostEvent(Logged):
+    """`corral.worker_lost` (internal): the lease of work item `work_id` expired, so a call
+    its worker may have been running will never be answered by it."""
+
+    type: Literal["corral.worker_lost"]
+    work_id: str
+
+
 LogEvent = Annotated[
     UserMessageEvent
     | UserInterruptEvent
@@ -434,7 +449,9 @@ LogEvent = Annotated[
     | SpanModelRequestStartEvent
     | SpanModelRequestEndEvent
     | ToolStartedEvent
-    | LogFormatEvent,
+    | LogFormatEvent
+    | HandsRemoteEvent
+    | WorkerLostEvent,
     Field(discriminator="type"),
 ]
 """Every event a session log can hold, discriminated on `type`."""
@@ -464,10 +481,14 @@ LogEventType = Literal[
     "span.model_request_end",
     "corral.tool_started",
     "corral.log_format",
+    "corral.hands_remote",
+    "corral.worker_lost",
 ]
 """The `type` tags of `LogEvent`, for code that builds event bodies."""
 
-INTERNAL_EVENT_TYPES = frozenset({"corral.tool_started", "corral.log_format"})
+INTERNAL_EVENT_TYPES = frozenset(
+    {"corral.tool_started", "corral.log_format", "corral.hands_remote", "corral.worker_lost"}
+)
 """Brain bookkeeping kept in the log but never shown to clients (events.list, SSE): client
 programs written for the hosted API must not meet event types it does not have."""
 
