@@ -22,11 +22,13 @@ from corral.errors import HandsError
 from corral.files.blobs import LocalBlobStore
 from corral.files.outputs import OutputCollector, OutputLimits
 from corral.files.service import FileService
-from corral.hands.base import SKILLS_DIR, Limits, Mount, Networking, SandboxRecipe
+from corral.hands.base import SKILLS_DIR, Limits, Mount, Networking, Repository, SandboxRecipe
 from corral.hands.layers import LayerBuilder, PackageSpec, layer_env, layer_mount
+from corral.hands.repositories import RepositoryCheckouts, RepositoryFailure
 from corral.hands.workspaces import SessionDirs
 from corral.models.base import ModelClient
 from corral.models.router import ModelRouter
+from corral.netpolicy import AddressPolicy
 from corral.outbound import server_policy
 from corral.service.agents import AgentService
 from corral.service.egress_credentials import EgressCredentials
@@ -34,6 +36,7 @@ from corral.service.environments import EnvironmentService
 from corral.service.memory_resources import MemoryResources
 from corral.service.memory_stores import MemoryStoreService
 from corral.service.events import EventService
+from corral.service.repositories import RepositoryResources, RepositoryTokens
 from corral.service.resources import SessionResources
 from corral.service.sessions import SessionService
 from corral.service.skills import SkillService
@@ -120,21 +123,34 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         tool_providers=frozenset({"web_search"} if web_search else ()),
     )
     dirs = SessionDirs(settings.data_dir / "sessions")
+    repo_tokens = RepositoryTokens(store, keyring)
     hands = LocalHands(
         settings.data_dir / "sandboxes",
         settings.bwrap,
         egress=settings.egress,
         uid_range=UidRange(*settings.sandbox_uid_range),
+        git_tokens=repo_tokens.current,
     )
     purge = storage_purger(dirs, files, hands.free_uid)
+    repositories = RepositoryResources(
+        repo_tokens, AddressPolicy.from_entries(settings.egress_allow_private)
+    )
     sessions = SessionService(
         store,
         agents,
-        SessionResources(files),
+        SessionResources(files, repositories),
         purge=purge,
         work=work_items,
         work_ttl_seconds=settings.work_ttl_seconds,
     )
+    checkouts = RepositoryCheckouts(
+        repo_tokens.current, AddressPolicy.from_entries(settings.egress_allow_private)
+    )
+
+    async def clone_repositories(recipe: SandboxRecipe) -> list[RepositoryFailure]:
+        """Before a sandbox is made: clone its repositories as its uid's files."""
+        return await checkouts.prepare(recipe, await hands.owner(recipe.session_id))
+
     outputs = OutputCollector(
         files,
         OutputLimits(
@@ -159,6 +175,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         purge=purge,
         idle_seconds=settings.sandbox_idle_seconds,
         after_execute=collect_outputs,
+        prepare=clone_repositories,
     )
     brain = BrainDeps(
         credential_check=egress_credentials.check,
@@ -290,6 +307,7 @@ def recipe_factory(
             networking=_networking(config),
             mounts=tuple(mounts),
             env={**placeholders, **extra_env},
+            repositories=_repositories(row.body),
             interception=interception,
             limits=Limits(disk_bytes=settings.sandbox_disk_bytes),
         )
@@ -385,6 +403,27 @@ def _networking(config: dict[str, Any]) -> Networking:
         allowed_hosts=tuple(net.get("allowed_hosts") or ()),
         allow_package_managers=bool(net.get("allow_package_managers")),
     )
+
+
+def _repositories(session: dict[str, Any]) -> tuple[Repository, ...]:
+    """The session's `github_repository` resources, as the hands clone and forward them."""
+    out = []
+    for resource in session.get("resources") or []:
+        if resource.get("type") == "github_repository":
+            checkout = resource.get("checkout") or None
+            out.append(
+                Repository(
+                    resource_id=resource["id"],
+                    url=resource["url"],
+                    mount_path=resource["mount_path"],
+                    checkout=(
+                        (checkout["type"], checkout.get("name") or checkout["sha"])
+                        if checkout
+                        else None
+                    ),
+                )
+            )
+    return tuple(out)
 
 
 async def _resource_mounts(

@@ -288,8 +288,8 @@ def test_session_create_on_archived_environment_or_agent(
     ("fields", "named"),
     [
         pytest.param(
-            {"resources": [{"type": "github_repository", "url": "https://github.com/o/r"}]},
-            ["resources", "github_repository"],
+            {"resources": [{"type": "github_repository", "url": "ssh://github.com/o/r"}]},
+            ["resources[0].url", "https"],
             id="github-resource",
         ),
         pytest.param(

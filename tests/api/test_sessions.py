@@ -232,9 +232,9 @@ def test_session_create_rejects_what_it_cannot_serve(server: ServerProcess) -> N
         client.beta.sessions.create(
             agent=agent.id,
             environment_id=env.id,
-            resources=[{"type": "github_repository", "url": "https://github.com/o/r"}],
+            resources=[{"type": "github_repository", "url": "http://github.com/o/r"}],
         )
-    assert "github_repository" in info.value.message
+    assert "resources[0].url" in info.value.message  # plain http only to allowed private hosts
     with pytest.raises(anthropic.NotFoundError):
         client.beta.sessions.create(agent="agent_missing", environment_id=env.id)
     with pytest.raises(anthropic.NotFoundError):

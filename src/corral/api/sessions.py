@@ -13,7 +13,7 @@ from corral.errors import BadRequest
 from corral.runtime import Runtime
 from corral.store.base import SessionFilter
 from corral.wire.events import SendEvents
-from corral.wire.sessions import FileResource, SessionCreate, SessionUpdate
+from corral.wire.sessions import FileResource, ResourceUpdate, SessionCreate, SessionUpdate
 
 _STATUSES = frozenset({"rescheduling", "running", "idle", "terminated"})
 
@@ -97,10 +97,11 @@ def routes(runtime: Runtime) -> list[Route]:
         )
 
     async def update_resource(request: Request) -> Any:
-        await sessions.resource(
-            request.path_params["session_id"], request.path_params["resource_id"]
-        )
-        raise BadRequest("authorization_token: only github_repository resources can be updated")
+        session_id = request.path_params["session_id"]
+        resource_id = request.path_params["resource_id"]
+        await sessions.resource(session_id, resource_id)  # 404 before the body is judged
+        body = await parse_body(request, ResourceUpdate)
+        return await sessions.update_resource(session_id, resource_id, body.authorization_token)
 
     async def delete_resource(request: Request) -> Any:
         return await sessions.delete_resource(

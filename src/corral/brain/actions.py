@@ -111,11 +111,17 @@ async def run_tool(run: Run, call: ToolCall) -> None:
         return await sandboxes.execute(run.fence.session_id, call.name, tool_input)
 
     output, _ = await run.until_interrupt(work, after=since)
+    notices = [  # repositories that could not be cloned: the session goes on without them
+        ev.session_error(f.type, f.message, "retrying", repository_url=f.url)
+        for f in sandboxes.take_notices(run.fence.session_id)
+    ]
     if output is None:
         text = ev.text_content(INTERRUPTED_BY_USER)
-        await run.append(ev.tool_result(call.event_id, text, is_error=True))
+        await run.append(*notices, ev.tool_result(call.event_id, text, is_error=True))
         return
-    await run.append(ev.tool_result(call.event_id, output.content, is_error=output.is_error))
+    await run.append(
+        *notices, ev.tool_result(call.event_id, output.content, is_error=output.is_error)
+    )
 
 
 def web_fetch_input(agent: dict[str, Any], tool_input: dict[str, Any]) -> dict[str, Any]:

@@ -21,9 +21,13 @@ import anyio
 
 from corral.errors import HandsError
 from corral.hands.base import Hands, Sandbox, SandboxRecipe, ToolOutput
+from corral.hands.repositories import RepositoryFailure
 
 log = logging.getLogger("corral.hands")
 RecipeFactory = Callable[[str], Awaitable[SandboxRecipe]]
+Prepare = Callable[[SandboxRecipe], Awaitable[Sequence[RepositoryFailure]]]
+"""Host-side work before a sandbox is made from a recipe (cloning its repositories); what
+failed is reported as `session.error`s and the sandbox is made without it."""
 Standings = Callable[[Sequence[str]], Awaitable[Mapping[str, str | None]]]
 """Session ids -> the recipe generation of each existing session (a digest of what its
 recipe is made from), or None when it may hold no sandbox (archived, terminated). A deleted
@@ -64,8 +68,11 @@ class SandboxPool:
         purge: Callable[[str], Awaitable[bool]],
         idle_seconds: float,
         after_execute: Callable[[SandboxRecipe], Awaitable[object]] | None = None,
+        prepare: Prepare | None = None,
     ) -> None:
         self._hands = hands
+        self._prepare = prepare
+        self._notices: dict[str, list[RepositoryFailure]] = {}
         self._after_execute = after_execute
         self._recipes: dict[str, SandboxRecipe] = {}
         self._recipe_for = recipe_for
@@ -117,6 +124,9 @@ class SandboxPool:
         hold = await self._hold(session_id)
         try:
             recipe = await self._recipe_for(session_id)
+            if self._prepare is not None and recipe.repositories:
+                failures = await self._prepare(recipe)
+                self._notices.setdefault(session_id, []).extend(failures)
             sandbox = await self._hands.provision(recipe)
         except BaseException:
             hold.release()
@@ -149,6 +159,11 @@ class SandboxPool:
         lock = self._locks.setdefault(session_id, anyio.Lock())
         async with lock:
             await self._slot(session_id)
+
+    def take_notices(self, session_id: str) -> list[RepositoryFailure]:
+        """What went wrong preparing the session's sandbox since the last call (the brain
+        logs them as `session.error`s; the tool call itself ran)."""
+        return self._notices.pop(session_id, [])
 
     def describe(self) -> list[dict[str, Any]]:
         """Live sandboxes for operators: session, host pid of the sandbox's init, idle time."""

@@ -35,6 +35,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from corral.hands._intercept import Interceptor, Rewrite
@@ -70,6 +71,21 @@ def _norm(host: str) -> str:
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 """Every address of (host, port), looked up once; raises OSError when it does not resolve."""
+
+
+class GitRoute(Protocol):
+    """Where requests to the git forwarder's name go (`hands._gitproxy.GitForwarder`)."""
+
+    def claims(self, host: str) -> bool: ...
+
+    async def serve(
+        self,
+        method: str,
+        target: str,
+        header_lines: list[bytes],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None: ...
 
 
 class HostPolicy:
@@ -151,9 +167,11 @@ class EgressProxy:
         settings: EgressSettings | None = None,
         resolver: Resolver = resolve,
         interceptor: Interceptor | None = None,
+        git: GitRoute | None = None,
     ) -> None:
         """`resolver` looks a name up once per request (tests pass a stand-in for DNS);
-        `interceptor` substitutes credentials on the hosts it claims.
+        `interceptor` substitutes credentials on the hosts it claims; `git` takes the
+        requests for its name (`hands._gitproxy`) before any policy check.
 
         Raises:
             ValueError: a malformed `allow_private` entry.
@@ -165,6 +183,7 @@ class EgressProxy:
         """Bytes relayed so far, both directions, all connections."""
         self._resolver = resolver
         self.interceptor = interceptor
+        self.git = git
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
@@ -234,6 +253,9 @@ class EgressProxy:
             host, port, path = _parse_target(method, target)
         except ValueError as e:
             writer.write(_response("400 Bad Request", str(e) or "malformed request line"))
+            return
+        if self.git is not None and method != "CONNECT" and self.git.claims(host):
+            await self.git.serve(method, target, header_lines, reader, writer)
             return
         refusal = self._check_request(method, host)
         addresses: tuple[str, ...] = ()

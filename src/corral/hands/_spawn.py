@@ -25,6 +25,7 @@ from corral.hands import _bwrap, _cgroup
 from corral.hands._agent.wire import encode_request
 from corral.hands._channel import new_id
 from corral.hands._egress import PACKAGE_MANAGER_HOSTS, EgressProxy, HostPolicy
+from corral.hands._gitproxy import GitForwarder
 from corral.hands._intercept import Interceptor
 from corral.hands._seccomp import build_filter
 from corral.hands._sources import Owner, give_to, open_owned_dir, open_source, private_dirs
@@ -72,6 +73,7 @@ class Parts:
         """fds of the mount sources, keyed as `_bwrap.build_args` reads them."""
         self.run_dir: Path | None = None
         self.proxy: EgressProxy | None = None
+        self.git: GitForwarder | None = None
         self.cgroup: _cgroup.SandboxCgroup | None = None
         self._released = False
 
@@ -81,20 +83,24 @@ class Parts:
         recipe: SandboxRecipe,
         cgroups: _cgroup.CgroupSetup | None,
         egress: EgressSettings | None = None,
+        git: GitForwarder | None = None,
     ) -> None:
-        """Start the egress proxy (any networking but `none`) with the operator's `egress`
-        settings, and create the cgroups."""
+        """Start the egress proxy (any networking but `none`, or with `git`, the recipe's
+        repositories' forwarder) with the operator's `egress` settings, and create the
+        cgroups."""
         net = recipe.networking
-        if net.type != "none":
+        self.git = git
+        if net.type != "none" or git is not None:  # with `none`, only git's name is served
             extra = PACKAGE_MANAGER_HOSTS if net.allow_package_managers else ()
             self.run_dir = layout.state_dir / "run" / self.sandbox_id
             self.run_dir.mkdir()
-            policy = HostPolicy([*net.allowed_hosts, *extra], public=net.type == "unrestricted")
+            hosts = [*net.allowed_hosts, *extra] if net.type != "none" else []
+            policy = HostPolicy(hosts, public=net.type == "unrestricted")
             interceptor = None
             if recipe.interception is not None:
                 interceptor = Interceptor(recipe.interception, scratch=self.run_dir)
                 _write_trust(self.run_dir, layout.etc_dir, recipe.interception.ca_cert_pem)
-            self.proxy = EgressProxy(policy, settings=egress, interceptor=interceptor)
+            self.proxy = EgressProxy(policy, settings=egress, interceptor=interceptor, git=git)
             await self.proxy.start(self.run_dir / "egress.sock")
             give_to(self.run_dir / "egress.sock", self.owner)  # connecting needs write access
         await anyio.to_thread.run_sync(self._open_sources, recipe)
@@ -137,6 +143,8 @@ class Parts:
         self._released = True
         if self.proxy is not None:
             await self.proxy.aclose()
+        if self.git is not None:
+            await self.git.aclose()
         if self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
         if self.cgroup is not None:

@@ -96,6 +96,20 @@ class Interception:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Repository:
+    """A git repository cloned host-side into the workspace (`docs/repositories.md`).
+
+    No secret here: the token is looked up per use by the resource id."""
+
+    resource_id: str
+    url: str
+    mount_path: str
+    """Absolute, under /workspace."""
+    checkout: tuple[Literal["branch", "commit"], str] | None = None
+    """(kind, branch name or commit sha); None for the remote's default branch."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SandboxRecipe:
     """Everything needed to (re)make a session's sandbox identically."""
 
@@ -109,6 +123,9 @@ class SandboxRecipe:
     limits: Limits = field(default_factory=Limits)
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment for commands; never secrets."""
+    repositories: tuple[Repository, ...] = ()
+    """Cloned into the workspace before the sandbox starts; fetched and pushed through the
+    host's git forwarder (`hands._gitproxy`)."""
     interception: Interception | None = None
     """Credentials the egress proxy substitutes (the placeholders are in `env`)."""
 

@@ -22,12 +22,13 @@ from corral.errors import HandsError
 from corral.hands import _bwrap, _cgroup, _usage
 from corral.hands._agent.wire import encode_request
 from corral.hands._channel import Channel, ProtocolError, new_id
+from corral.hands._gitproxy import GitForwarder, TokenSource
 from corral.hands._seccomp import SeccompUnsupported, build_filter
 from corral.hands._sources import Owner
 from corral.hands._spawn import Parts, Spawned, check_recipe, spawn
 from corral.hands._uids import UidAllocator, UidRange
 from corral.hands.base import SandboxRecipe, ToolOutput
-from corral.netpolicy import EgressSettings
+from corral.netpolicy import AddressPolicy, EgressSettings
 from corral.tools.builtin import SANDBOX_TOOLS
 
 _GRACE_SECONDS = 10.0
@@ -63,7 +64,10 @@ class LocalHands:
         use_cgroups: bool = True,
         egress: EgressSettings | None = None,
         uid_range: UidRange = DEFAULT_UID_RANGE,
+        git_tokens: TokenSource | None = None,
     ) -> None:
+        self._git_tokens = git_tokens
+        """Repository resource id -> current token, for the sandboxes' git forwarders."""
         self._egress = egress or EgressSettings()
         """The operator's egress settings, for every sandbox's proxy."""
         self._root_dir = root_dir
@@ -96,6 +100,16 @@ class LocalHands:
                 if self._use_cgroups:
                     self._cgroups = await anyio.to_thread.run_sync(_cgroup.detect)
             return self._layout
+
+    async def owner(self, session_id: str) -> Owner:
+        """Who the session's sandbox is on the host (its files must belong to it)."""
+        return await self._owner(session_id)
+
+    def _git_forwarder(self, recipe: SandboxRecipe) -> GitForwarder | None:
+        if not recipe.repositories or self._git_tokens is None:
+            return None
+        policy = AddressPolicy.from_entries(self._egress.allow_private)
+        return GitForwarder(recipe.repositories, self._git_tokens, policy)
 
     async def _owner(self, session_id: str) -> Owner:
         """Who the session's sandbox is on the host: its own uid (and gid of the same
@@ -131,7 +145,8 @@ class LocalHands:
             sandbox_id=f"sbx_{secrets.token_hex(8)}", owner=owner, leftovers=self._leftover_cgroups
         )
         try:
-            await parts.make(layout, recipe, self._cgroups, self._egress)
+            git = self._git_forwarder(recipe)
+            await parts.make(layout, recipe, self._cgroups, self._egress, git)
             spawned = await spawn(layout, recipe, parts)
         except BaseException:
             with anyio.CancelScope(shield=True):

@@ -1,4 +1,5 @@
-"""Session resources: files mounted read-only into the session's sandbox."""
+"""Session resources: files mounted read-only into the session's sandbox, and git
+repositories cloned into its workspace (`service.repositories`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from corral.errors import BadRequest, NotFound
 from corral.files.service import FileService
 from corral.ids import new_id, now_rfc3339
 from corral.service.memory_resources import MemoryResources
-from corral.wire.sessions import FileResource
+from corral.service.repositories import RepositoryResources, check_token
+from corral.wire.sessions import FileResource, GithubRepository
 
 UPLOADS = "/mnt/session/uploads"
 _MOUNT_ROOTS = ("/mnt/session/uploads/", "/mnt/data/")
@@ -30,15 +32,25 @@ def mount_path(requested: str | None, file_id: str, where: str) -> str:
 
 
 class SessionResources:
-    """Validate and build `file` resources; other kinds are refused with a clear 400."""
+    """Validate and build `file` and (with `repositories`) `github_repository` resources;
+    other kinds are refused with a clear 400."""
 
-    def __init__(self, files: FileService) -> None:
+    def __init__(self, files: FileService, repositories: RepositoryResources | None = None) -> None:
         self.files = files
         self.memory: MemoryResources | None = None
         """Builds `memory_store` entries; set by the runtime, which serves memory stores."""
+        self.repositories = repositories
 
-    async def build(self, item: Any, where: str, taken: set[str]) -> dict[str, Any]:
-        """A stored resource entry for a create/add request item."""
+    async def build(
+        self, item: Any, where: str, taken: set[str], tokens: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """A stored resource entry for a create/add request item; a repository's token is
+        put in `tokens` (resource id -> token) for `save_tokens` once the session exists."""
+        if isinstance(item, GithubRepository) and self.repositories is not None:
+            entry = self.repositories.build(item, where, taken)
+            if item.authorization_token is not None and tokens is not None:
+                tokens[entry["id"]] = item.authorization_token
+            return entry
         if getattr(item, "type", None) == "memory_store" and self.memory is not None:
             return await self.memory.build(item, where, taken)
         if not isinstance(item, FileResource):
@@ -64,7 +76,35 @@ class SessionResources:
             "updated_at": now,
         }
 
-    async def build_all(self, items: list[Any]) -> list[dict[str, Any]]:
-        """Entries for `sessions.create(resources=...)`."""
+    async def build_all(
+        self, items: list[Any], tokens: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Entries for `sessions.create(resources=...)`; repository tokens go to `tokens`."""
         taken: set[str] = set()
-        return [await self.build(item, f"resources[{i}]", taken) for i, item in enumerate(items)]
+        return [
+            await self.build(item, f"resources[{i}]", taken, tokens) for i, item in enumerate(items)
+        ]
+
+    async def save_tokens(self, session_id: str, tokens: dict[str, str]) -> None:
+        """Seal and store the repository tokens of a session just created."""
+        if self.repositories is not None:
+            for resource_id, token in tokens.items():
+                await self.repositories.tokens.put(session_id, resource_id, token)
+
+    async def forget_tokens(self, entries: list[dict[str, Any]]) -> None:
+        """Drop the tokens of removed repository resources (or of a deleted session)."""
+        ids = [e["id"] for e in entries if e.get("type") == "github_repository"]
+        if self.repositories is not None and ids:
+            await self.repositories.tokens.forget(ids)
+
+    async def rotate_token(self, session_id: str, entry: dict[str, Any], token: str) -> None:
+        """`sessions.resources.update(authorization_token=)`: later clones, fetches and
+        pushes use the new token.
+
+        Raises:
+            BadRequest: not a repository, or a malformed token.
+        """
+        if entry.get("type") != "github_repository" or self.repositories is None:
+            raise BadRequest("authorization_token: only github_repository resources can be updated")
+        check_token(token, "body")
+        await self.repositories.tokens.put(session_id, entry["id"], token)

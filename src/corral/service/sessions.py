@@ -87,9 +87,10 @@ class SessionService:
             raise BadRequest("budget: budgets are not supported by this server")
         snapshot = await self._snapshot(req.agent)
         now = now_rfc3339()
+        tokens: dict[str, str] = {}  # repository tokens, stored sealed once the session exists
         body: dict[str, Any] = {
             "agent": snapshot,
-            "resources": await self.resources.build_all(list(req.resources or [])),
+            "resources": await self.resources.build_all(list(req.resources or []), tokens),
             "vault_ids": vault_ids,
             "title": req.title,
             "metadata": dict(req.metadata or {}),
@@ -113,6 +114,7 @@ class SessionService:
         if remote:  # its built-in tools run on a worker (brain/remote.py), which it needs now
             initial.insert(0, client_event({"type": "corral.hands_remote"}))
         await self.store.create_session(row, initial)
+        await self.resources.save_tokens(row.id, tokens)
         if remote and self._work is not None:
             await self._work.ensure_work(row.environment_id, row.id, self._work_ttl)
         return await self.get(row.id)
@@ -199,8 +201,10 @@ class SessionService:
 
     async def delete(self, session_id: str) -> dict[str, Any]:
         """Delete the session and its log, then its files unless a sandbox still uses them."""
-        if not await self.store.delete_session(session_id):
+        row = await self.store.get_session(session_id)
+        if row is None or not await self.store.delete_session(session_id):
             raise NotFound(f"session {session_id} not found")
+        await self.resources.forget_tokens(row.body.get("resources") or [])
         await self.resources.files.delete_session_files(session_id)
         if self._purge is not None:
             await self._purge(session_id)
@@ -231,7 +235,23 @@ class SessionService:
         body = dict(row.body)
         body["resources"] = [r for r in body["resources"] if r.get("id") != resource_id]
         await self.store.update_session(session_id, body)
+        gone = [r for r in row.body["resources"] if r.get("id") == resource_id]
+        await self.resources.forget_tokens(gone)
         return {"id": resource_id, "type": "session_resource_deleted"}
+
+    async def update_resource(
+        self, session_id: str, resource_id: str, token: str
+    ) -> dict[str, Any]:
+        """Rotate a repository's token; the resource's `updated_at` moves (and with it the
+        sandbox's recipe, so a repository whose clone failed is tried again)."""
+        entry = await self.resource(session_id, resource_id)
+        await self.resources.rotate_token(session_id, entry, token)
+        row = await self.row(session_id)
+        body = dict(row.body)
+        entry = {**entry, "updated_at": now_rfc3339()}
+        body["resources"] = [entry if r.get("id") == resource_id else r for r in body["resources"]]
+        await self.store.update_session(session_id, body)
+        return entry
 
     async def list(self, page: Page, where: SessionFilter) -> dict[str, Any]:
         """A page of sessions."""

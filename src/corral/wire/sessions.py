@@ -55,6 +55,12 @@ class GithubRepository(Strict):
     mount_path: str | None = None
 
 
+class ResourceUpdate(Strict):
+    """POST /v1/sessions/{id}/resources/{resource_id}: token rotation."""
+
+    authorization_token: str
+
+
 class MemoryStoreResource(Strict):
     """A memory store mounted at /mnt/memory/<slug>."""
 
