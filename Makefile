@@ -1,6 +1,9 @@
 # Developer entry points. `make demo` and `make test` are the README's two commands; both
 # install what a fresh machine lacks first (uv from PyPI, bubblewrap from Debian, locked deps).
 UV := python3 -m uv
+# Test processes (pytest-xdist). Most tests wait on servers, sandboxes and sockets, so one per
+# core keeps the cores busy; a file's tests stay in one process (module-scoped servers).
+TEST_WORKERS ?= auto
 
 .PHONY: install demo test lint typecheck format bench all
 
@@ -16,7 +19,7 @@ demo: install
 	$(UV) run corral demo
 
 test: install
-	$(UV) run pytest -q
+	$(UV) run pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint:
 	$(UV) run ruff check src tests bench

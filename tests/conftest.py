@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,11 @@ import pytest
 
 from tests.fakes.messages_server import FakeModelServer, Text, Turn
 from tests.server import ServerProcess, backend_env
+from tests.uids import ENV_VALUE as WORKER_UID_RANGE
+
+# Servers and workers the tests start inherit this: their sandboxes draw uids from this
+# pytest worker's own slice (see tests/uids.py).
+os.environ.setdefault("CORRAL_SANDBOX_UID_RANGE", WORKER_UID_RANGE)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from corral.hands.base import SandboxRecipe
 from corral.hands.local import LocalHands
 from corral.netpolicy import EgressSettings
 from tests.registries import private_registry_hosts
+from tests.uids import WORKER_UIDS
 
 HAVE_BWRAP = shutil.which("bwrap") is not None
 needs_bwrap = pytest.mark.skipif(
@@ -37,7 +38,7 @@ async def local_hands(tmp_path: Path) -> AsyncIterator[LocalHands]:
     (`allow_private`) to environments that list 127.0.0.1; `unrestricted` stays public-only.
     """
     egress = EgressSettings(allow_private=("127.0.0.1", *private_registry_hosts()))
-    hands = LocalHands(tmp_path / "hands-state", egress=egress)
+    hands = LocalHands(tmp_path / "hands-state", uid_range=WORKER_UIDS, egress=egress)
     yield hands
     await hands.aclose()
 

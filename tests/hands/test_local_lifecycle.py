@@ -14,6 +14,7 @@ from corral.errors import HandsError
 from corral.hands.base import Mount
 from corral.hands.local import LocalHands, LocalSandbox
 from tests.hands.conftest import make_recipe, needs_bwrap
+from tests.uids import WORKER_UIDS
 
 pytestmark = pytest.mark.anyio
 
@@ -83,7 +84,7 @@ async def test_destroy_kills_the_whole_tree(local_hands: LocalHands, tmp_path: P
 @pytest.mark.bwrap
 @needs_bwrap
 async def test_aclose_destroys_every_sandbox(tmp_path: Path) -> None:
-    hands = LocalHands(tmp_path / "state")
+    hands = LocalHands(tmp_path / "state", uid_range=WORKER_UIDS)
     sandboxes = [await hands.provision(make_recipe(tmp_path, f"s{i}")) for i in range(3)]
     await hands.aclose()
     assert not any(s.alive for s in sandboxes)
@@ -121,7 +122,7 @@ async def test_concurrent_calls_are_serialised(local_hands: LocalHands, tmp_path
 
 
 async def test_missing_bwrap_names_the_debian_package(tmp_path: Path) -> None:
-    hands = LocalHands(tmp_path / "state", bwrap="/nonexistent/bwrap")
+    hands = LocalHands(tmp_path / "state", uid_range=WORKER_UIDS, bwrap="/nonexistent/bwrap")
     with pytest.raises(HandsError) as caught:
         await hands.provision(make_recipe(tmp_path))
     assert caught.value.code == "bwrap_missing" and not caught.value.retryable
@@ -166,7 +167,7 @@ async def test_cgroups_are_removed_with_the_sandbox(
 @pytest.mark.bwrap
 @needs_bwrap
 async def test_works_without_cgroups(tmp_path: Path) -> None:
-    hands = LocalHands(tmp_path / "state", use_cgroups=False)
+    hands = LocalHands(tmp_path / "state", uid_range=WORKER_UIDS, use_cgroups=False)
     try:
         sandbox = await hands.provision(make_recipe(tmp_path))
         assert hands.enforcement == "rlimit"

@@ -19,6 +19,7 @@ from corral.hands.local import LocalHands, LocalSandbox
 from corral.netpolicy import EgressSettings
 from tests.hands.conftest import loopback_http, make_recipe, needs_bwrap
 from tests.hands.test_egress_proxy import own_non_loopback_addresses
+from tests.uids import WORKER_UIDS
 
 pytestmark = [pytest.mark.bwrap, needs_bwrap, pytest.mark.anyio]
 
@@ -44,7 +45,7 @@ def host_server() -> Iterator[int]:
 @pytest.fixture
 async def hands(tmp_path: Path) -> AsyncIterator[LocalHands]:
     """Default egress settings: the operator opened nothing private."""
-    provider = LocalHands(tmp_path / "hands-state")
+    provider = LocalHands(tmp_path / "hands-state", uid_range=WORKER_UIDS)
     yield provider
     await provider.aclose()
 
@@ -90,7 +91,7 @@ async def test_a_sandbox_cannot_exhaust_the_servers_descriptors(
     bounded number of the server's descriptors; another sandbox's egress keeps working."""
     net = Networking(type="limited", allowed_hosts=("127.0.0.1",))
     egress = EgressSettings(allow_private=("127.0.0.1",))
-    hands = LocalHands(tmp_path / "hands-state", egress=egress)
+    hands = LocalHands(tmp_path / "hands-state", uid_range=WORKER_UIDS, egress=egress)
     try:
         attacker = await hands.provision(make_recipe(tmp_path, "attacker", networking=net))
         bystander = await hands.provision(make_recipe(tmp_path, "bystander", networking=net))
@@ -132,7 +133,9 @@ async def test_allow_private_lets_a_listed_name_reach_a_local_server(
     tmp_path: Path, host_server: int
 ) -> None:
     hands = LocalHands(
-        tmp_path / "hands-state", egress=EgressSettings(allow_private=("localhost",))
+        tmp_path / "hands-state",
+        egress=EgressSettings(allow_private=("localhost",)),
+        uid_range=WORKER_UIDS,
     )
     try:
         net = Networking(type="limited", allowed_hosts=("localhost",))
