@@ -331,3 +331,54 @@ async def test_other_hosts_stay_opaque_tunnels(tmp_path: Path, tls_host: TlsHost
         await egress.aclose()
     assert response.startswith(b"HTTP/1.1 200")
     assert tls_host.seen[0].headers["X"] == PH.decode()
+
+
+async def test_expect_continue_is_answered_by_the_proxy() -> None:
+    """The body must be read before the head can go (its length changes), so the proxy
+    answers `100 Continue` itself and drops `Expect` from what it forwards."""
+    raw = (
+        b"POST / HTTP/1.1\r\nHost: api.test\r\nExpect: 100-continue\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(PH) + PH
+    )
+    reader = asyncio.StreamReader()
+    reader.feed_data(raw)
+    reader.feed_eof()
+    sink, client = _Sink(), _Sink()
+    await relay_requests(
+        reader, cast(asyncio.StreamWriter, sink), RULES, HOST, PORT, lambda n: True,
+        client=cast(asyncio.StreamWriter, client),
+    )  # fmt: skip
+    assert client.data == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert b"Expect" not in sink.data and sink.data.endswith(SECRET)
+
+
+async def test_the_budget_stops_the_rewriter() -> None:
+    reader = asyncio.StreamReader()
+    reader.feed_data(b"GET / HTTP/1.1\r\nHost: api.test\r\n\r\n")
+    reader.feed_eof()
+    sink = _Sink()
+    with pytest.raises(Exception, match="budget"):
+        await relay_requests(
+            reader, cast(asyncio.StreamWriter, sink), RULES, HOST, PORT, lambda n: False
+        )
+    assert sink.data == b""
+
+
+def test_an_unrestricted_credential_opens_every_host(tmp_path: Path) -> None:
+    ca = load_or_create_ca(tmp_path, Keyring([new_key()]), "env_u")
+    injections = (
+        Injection(placeholder="p1", secret=Hidden(b"s1"), hosts=None, header=True, body=False),
+        Injection(
+            placeholder="p2", secret=Hidden(b"s2"), hosts=("*.api.test",), header=False, body=True
+        ),
+    )
+    interception = Interception(
+        ca_cert_pem=ca.cert_pem, ca_key_pem=Hidden(ca.key_pem.reveal().encode()),
+        injections=injections,
+    )  # fmt: skip
+    interceptor = Interceptor(interception, tmp_path)
+    assert interceptor.intercepts("anything.example")
+    assert interceptor.rules("anything.example") == Rules(header=((b"p1", b"s1"),))
+    assert interceptor.rules("v1.api.test") == Rules(
+        header=((b"p1", b"s1"),), body=((b"p2", b"s2"),)
+    )
