@@ -137,7 +137,11 @@ class GitForwarder:
         out = {k: v for k, v in headers.items() if k in _REQUEST_HEADERS}
         if "content-length" in headers:
             out["content-length"] = headers["content-length"]
-        token = await self._tokens(resource_id)
+        try:
+            token = await self._tokens(resource_id)
+        except Exception:  # e.g. its vault key is no longer configured: say so, never crash
+            log.exception("reading the token of repository resource %s", resource_id)
+            raise _Refusal("502 Bad Gateway", "the repository's token cannot be read") from None
         if token is not None:
             out["authorization"] = basic_auth(token)
         request = self._client.build_request(method, upstream, headers=out, content=body)
