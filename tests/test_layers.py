@@ -30,6 +30,10 @@ FORBIDDEN = {
         "store.sqlite", "store.postgres",
     },
     "files": {"api", "brain", "hands", "models", "runtime", "cli", "demo"},
+    "mcp": {
+        "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
+        "demo", "files",
+    },
     "tools": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files",

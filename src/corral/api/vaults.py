@@ -60,6 +60,9 @@ def routes(runtime: Runtime) -> list[Route]:
     async def delete_credential(request: Request) -> Any:
         return await vaults.delete_credential(*_ids(request))
 
+    async def validate_credential(request: Request) -> Any:
+        return await vaults.validate_credential(*_ids(request))
+
     return [
         Route("/v1/vaults", json_route(create_vault), methods=["POST"]),
         Route("/v1/vaults", json_route(list_vaults), methods=["GET"]),
@@ -73,6 +76,9 @@ def routes(runtime: Runtime) -> list[Route]:
         Route(_CREDENTIAL, json_route(update_credential), methods=["POST"]),
         Route(_CREDENTIAL, json_route(delete_credential), methods=["DELETE"]),
         Route(_CREDENTIAL + "/archive", json_route(archive_credential), methods=["POST"]),
+        Route(
+            _CREDENTIAL + "/mcp_oauth_validate", json_route(validate_credential), methods=["POST"]
+        ),
     ]
 
 

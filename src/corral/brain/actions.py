@@ -22,6 +22,7 @@ from corral.brain.decide import (
     RequestAction,
     RunTool,
 )
+from corral.brain.mcp import mcp_use_event, offer_for, run_mcp_tool
 from corral.brain.remote import answer_lost, request_action
 from corral.brain.run import Run
 from corral.brain.state import ToolCall
@@ -68,7 +69,9 @@ async def repair_dangling(run: Run, calls: tuple[ToolCall, ...]) -> None:
     """Report unknown outcomes instead of re-running side effects (invariant 4)."""
     await run.append(
         *(
-            ev.tool_result(c.event_id, ev.text_content(INTERRUPTED_OUTCOME_UNKNOWN), is_error=True)
+            ev.call_result(
+                c.event_id, c.kind, ev.text_content(INTERRUPTED_OUTCOME_UNKNOWN), is_error=True
+            )
             for c in calls
         )
     )
@@ -79,8 +82,9 @@ async def refuse_tool(run: Run, call: ToolCall) -> None:
     reason = call.deny_message or "The user denied this tool call."
     await run.append(
         *_going_running(run),
-        ev.tool_result(
+        ev.call_result(
             call.event_id,
+            call.kind,
             ev.text_content(f"Permission denied by the user: {reason}"),
             is_error=True,
         ),
@@ -94,6 +98,9 @@ async def run_tool(run: Run, call: ToolCall) -> None:
     started call without result, which the next brain reports instead of running it again.
     """
     since, running = run.state.last_seq, _going_running(run)
+    if call.kind == "mcp":  # served by the agent's MCP server, from the brain
+        await run_mcp_tool(run, call, running)
+        return
     if call.kind == "builtin" and call.name == "web_search":  # a provider serves it, no sandbox
         await run_web_search(run, call, running)
         return
@@ -157,15 +164,18 @@ async def call_model(run: Run, action: CallModel) -> None:
     model_name = str(agent["model"]["id"])
     # a turn starts: say which credentials cannot reach their hosts
     warnings = await credential_errors(run) if _going_running(run) else []
+    offer = await offer_for(run, since)
+    if offer is None:
+        return  # interrupted while MCP servers were listed: decide closes the turn
     start = ev.event("span.model_request_start")
-    await run.append(*_going_running(run), *warnings, start)
+    await run.append(*_going_running(run), *warnings, *offer.errors, start)
     messages = run.messages()  # exactly the log up to `start`: what this call answers
     skills = await _skill_lines(run, agent)
-    request = build_request(agent, messages, model_name=model_name, skills=skills)
+    request = offer.extend(build_request(agent, messages, model_name=model_name, skills=skills))
     request = with_memory_section(request, run.session.body)
     response, error = await _attempt(run, model_name, request, since)
     if response is not None:
-        await _record_response(run, start["id"], response)
+        await _record_response(run, start["id"], response, offer.by_name)
     else:
         await _record_failure(run, start["id"], error, action.attempt)
 
@@ -214,7 +224,9 @@ async def _attempt(
     return outcome, None
 
 
-async def _record_response(run: Run, start_id: str, response: ModelResponse) -> None:
+async def _record_response(
+    run: Run, start_id: str, response: ModelResponse, mcp_names: dict[str, tuple[str, str]]
+) -> None:
     agent = run.agent
     builtins = enabled_builtins(agent.get("tools") or [])
     customs = custom_tools(agent.get("tools") or [])
@@ -232,6 +244,10 @@ async def _record_response(run: Run, start_id: str, response: ModelResponse) -> 
             )
         elif kind in ("thinking", "redacted_thinking"):
             out.append(ev.event("agent.thinking", id=block.get("_event_id")))
+        elif kind == "tool_use" and (
+            mcp_use := mcp_use_event(mcp_names, agent, str(block.get("name")), block.get("input"))
+        ):
+            out.append(mcp_use)
         elif kind == "tool_use":
             use, refusal = _tool_use_event(block, builtins, customs)
             out.append(use)
@@ -271,14 +287,6 @@ def _tool_use_event(
 
 
 def _unsupported_at_runtime(agent: dict[str, Any]) -> dict[str, Any] | None:
-    for server in agent.get("mcp_servers") or []:
-        return ev.session_error(
-            "mcp_connection_failed_error",
-            f"MCP server '{server['name']}' cannot be used: this Corral build does not run "
-            "MCP toolsets yet. Remove the mcp_toolset from the agent to continue.",
-            "exhausted",
-            mcp_server_name=server["name"],
-        )
     if agent.get("multiagent"):
         return ev.session_error(
             "unknown_error",

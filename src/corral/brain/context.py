@@ -13,6 +13,7 @@ from typing import Any
 
 from corral.models.base import ModelRequest
 from corral.tools.builtin import BUILTIN_TOOLS
+from corral.tools.mcp_names import mcp_tool_name
 from corral.tools.resolve import custom_tools, enabled_builtins
 from corral.wire.events import (
     AgentCustomToolUseEvent,
@@ -166,7 +167,10 @@ class Transcript:
                         self._add("assistant", block)
             case AgentToolUseEvent() | AgentCustomToolUseEvent() | AgentMcpToolUseEvent():
                 self._open[event.id] = None
-                block = {"type": "tool_use", "id": event.id, "name": event.name}
+                name = event.name
+                if isinstance(event, AgentMcpToolUseEvent):
+                    name = mcp_tool_name(event.mcp_server_name, event.name)  # as offered
+                block = {"type": "tool_use", "id": event.id, "name": name}
                 self._add("assistant", {**block, "input": event.input})
             case (
                 AgentToolResultEvent()

@@ -70,6 +70,24 @@ def tool_result(call_id: str, content: list[dict[str, Any]], *, is_error: bool) 
     return event("agent.tool_result", tool_use_id=call_id, content=content, is_error=is_error)
 
 
+def mcp_tool_result(
+    call_id: str, content: list[dict[str, Any]], *, is_error: bool
+) -> dict[str, Any]:
+    """`agent.mcp_tool_result` for a call to an MCP server's tool."""
+    return event(
+        "agent.mcp_tool_result", mcp_tool_use_id=call_id, content=content, is_error=is_error
+    )
+
+
+def call_result(
+    call_id: str, kind: str, content: list[dict[str, Any]], *, is_error: bool
+) -> dict[str, Any]:
+    """The result event a server-run call of `kind` ("builtin" or "mcp") is answered with."""
+    if kind == "mcp":
+        return mcp_tool_result(call_id, content, is_error=is_error)
+    return tool_result(call_id, content, is_error=is_error)
+
+
 def text_content(text: str) -> list[dict[str, Any]]:
     """A single text block."""
     return [{"type": "text", "text": text}]

@@ -16,6 +16,7 @@ import anyio.lowlevel
 
 from corral.brain import events as ev
 from corral.brain.context import Transcript
+from corral.brain.mcp import McpToolsets
 from corral.brain.memo import Folded, Memo
 from corral.brain.sandboxes import SandboxPool
 from corral.brain.state import SessionState, apply
@@ -101,6 +102,8 @@ class BrainDeps:
     sandboxes: SandboxPool | None
     settings: BrainSettings
     skills: SkillCatalog | None = None
+    mcp: McpToolsets | None = None
+    """MCP tool discovery and calls (None: agents' MCP servers get error results)."""
     credential_check: CredentialCheck | None = None
     """Run when a turn starts (None: credentials are not checked)."""
     web_search: WebSearch | None = None

@@ -40,6 +40,10 @@ from corral.wire.events import (
 )
 
 CallKind = Literal["builtin", "custom", "mcp"]
+TURN_CONTINUES_ERRORS = frozenset(
+    {"mcp_connection_failed_error", "mcp_authentication_failed_error"}
+)
+"""`session.error` types that report a failure the turn carries on past (not a model failure)."""
 Status = Literal["idle", "running", "rescheduling", "terminated"]
 ToolUse = AgentToolUseEvent | AgentCustomToolUseEvent | AgentMcpToolUseEvent
 
@@ -61,6 +65,8 @@ class ToolCall:
     started_seq: int | None = None
     """Seq of its `corral.tool_started` marker: from then on it may have run."""
     abandoned: bool = False
+    server: str = ""
+    """The MCP server's name (`kind == "mcp"` only)."""
     legacy: bool = False
     """Logged by a brain that wrote no start markers (before `corral.log_format`)."""
     remote: bool = False
@@ -201,12 +207,7 @@ def _apply_turn_event(state: SessionState, seq: int, event: LogEvent) -> None:
         case SpanModelRequestEndEvent():
             _end_request(state, seq, event)
         case SessionErrorEvent():
-            if event.error.retry_status.type == "retrying":
-                state.model_retries += 1
-            else:
-                # The turn gave up: what it was answering needs no further model call.
-                state.last_answer_seq = max(state.last_answer_seq, seq)
-                state.model_retries = 0
+            _apply_error(state, seq, event)
         case SessionStatusRunningEvent():
             _set_status(state, "running")
             state.last_running_seq = seq
@@ -223,6 +224,17 @@ def _apply_turn_event(state: SessionState, seq: int, event: LogEvent) -> None:
             _close_turn(state, seq)
 
 
+def _apply_error(state: SessionState, seq: int, event: SessionErrorEvent) -> None:
+    if event.error.type in TURN_CONTINUES_ERRORS:
+        return  # an MCP server failed: the turn goes on without it (the model is told)
+    if event.error.retry_status.type == "retrying":
+        state.model_retries += 1
+    else:
+        # The turn gave up: what it was answering needs no further model call.
+        state.last_answer_seq = max(state.last_answer_seq, seq)
+        state.model_retries = 0
+
+
 def _add_call(state: SessionState, seq: int, event: ToolUse) -> None:
     kind: CallKind = "custom"
     permission = "allow"
@@ -237,6 +249,7 @@ def _add_call(state: SessionState, seq: int, event: ToolUse) -> None:
         permission=permission,
         seq=seq,
         legacy=state.format_seq == 0,
+        server=event.mcp_server_name if isinstance(event, AgentMcpToolUseEvent) else "",
         remote=state.remote_hands and kind == "builtin",
     )
     state.calls[call.event_id] = call

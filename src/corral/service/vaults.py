@@ -11,8 +11,10 @@ from typing import Any
 
 from corral.errors import ApiError, BadRequest, NotFound
 from corral.ids import new_id, now_rfc3339
+from corral.mcp.client import McpClient
 from corral.service.common import apply_metadata_patch, page_envelope
 from corral.service.credential_auth import create_auth, update_auth
+from corral.service.mcp_validate import validate_credential
 from corral.store.base import Page, Resource
 from corral.vault.crypto import VaultKeyError
 from corral.vault.secrets import (
@@ -29,9 +31,11 @@ from corral.wire.vaults import CredentialCreate, CredentialUpdate, VaultCreate, 
 class VaultService:
     """CRUD for vaults and credentials; sealing is `VaultSecrets`' job."""
 
-    def __init__(self, secrets: VaultSecrets) -> None:
+    def __init__(self, secrets: VaultSecrets, *, mcp: McpClient | None = None) -> None:
         self.secrets = secrets
         self.store = secrets.store
+        self.mcp = mcp
+        """Probes MCP servers for `validate_credential` (None: validation is refused)."""
 
     # ---- vaults ------------------------------------------------------------------------
 
@@ -166,6 +170,17 @@ class VaultService:
         await self._vault(vault_id)
         rows = await self.store.list_resources(credential_kind(vault_id), page)
         return page_envelope(rows, page.limit, lambda r: public_body(r.body), lambda r: r.id)
+
+    async def validate_credential(self, vault_id: str, credential_id: str) -> dict[str, Any]:
+        """`mcp_oauth_validate`: probe the credential's MCP server with it (see
+        `service.mcp_validate`)."""
+        row = await self._credential(vault_id, credential_id)
+        if self.mcp is None:
+            raise BadRequest("this server cannot probe MCP servers", error_code="not_supported")
+        try:
+            return await validate_credential(self.secrets, self.mcp, row)
+        except VaultKeyError as exc:
+            raise ApiError(f"cannot open credential {row.id}: {exc}") from exc
 
     # ---- helpers -----------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from collections.abc import Collection
 from typing import Any
 
 from corral.errors import BadRequest
+from corral.tools.mcp_names import MCP_PREFIX, is_mcp_name
 from corral.wire.agents import (
     BUILTIN_TOOL_NAMES,
     AgentToolset,
@@ -173,6 +174,12 @@ def _check_names(
     seen: set[str] = set()
     for tool in tools:
         if isinstance(tool, CustomTool):
+            if is_mcp_name(tool.name):
+                raise BadRequest(
+                    f"tools: custom tool name '{tool.name}' may not start with '{MCP_PREFIX}' "
+                    "(reserved for MCP tools, see docs/mcp.md)",
+                    error_code="tool_name_conflict",
+                )
             if tool.name in seen or tool.name in builtin:
                 raise BadRequest(
                     f"tools: tool name '{tool.name}' is used twice", error_code="tool_name_conflict"
@@ -194,3 +201,17 @@ def enabled_builtins(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def custom_tools(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Name -> definition of every custom tool."""
     return {str(t["name"]): t for t in tools if t.get("type") == "custom"}
+
+
+def mcp_toolsets(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """MCP server name -> its resolved `mcp_toolset` entry."""
+    return {str(t["mcp_server_name"]): t for t in tools if t.get("type") == "mcp_toolset"}
+
+
+def mcp_tool_config(toolset: dict[str, Any], tool: str) -> tuple[bool, str]:
+    """(enabled, permission policy type) of one MCP tool under its resolved toolset: its
+    `configs` entry if any, else the toolset's `default_config`."""
+    default = toolset.get("default_config") or {}
+    config = next((c for c in toolset.get("configs") or [] if c.get("name") == tool), default)
+    policy = (config.get("permission_policy") or {}).get("type", "always_ask")
+    return bool(config.get("enabled", True)), str(policy)

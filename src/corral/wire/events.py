@@ -289,6 +289,8 @@ class AgentMcpToolUseEvent(Logged):
 
     type: Literal["agent.mcp_tool_use"]
     name: str
+    """The tool's name on its MCP server (the model sees `tools.mcp_names.mcp_tool_name`)."""
+    mcp_server_name: str = ""
     input: dict[str, Any] = Field(default_factory=dict)
     evaluated_permission: Permission = "allow"
 
