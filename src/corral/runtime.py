@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 import anyio
 
-from corral.brain.mcp import McpToolsets
 from corral.brain.run import BrainDeps, BrainSettings
 from corral.brain.sandboxes import SandboxPool, Standings
 from corral.brain.scheduler import Scheduler
@@ -27,7 +26,6 @@ from corral.hands.base import SKILLS_DIR, Limits, Mount, Networking, Repository,
 from corral.hands.layers import LayerBuilder, PackageSpec, layer_env, layer_mount
 from corral.hands.repositories import RepositoryCheckouts, RepositoryFailure
 from corral.hands.workspaces import SessionDirs
-from corral.mcp.client import McpClient
 from corral.models.base import ModelClient
 from corral.models.router import ModelRouter
 from corral.netpolicy import AddressPolicy
@@ -172,15 +170,13 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         recipe_factory(
             settings, store, files, skills, layers=layers, credentials=egress_credentials
         ),
-        standings=session_standings(store),
+        standings=session_standings(store, credentials=egress_credentials),
         hold=dirs.hold,
         purge=purge,
         idle_seconds=settings.sandbox_idle_seconds,
         after_execute=collect_outputs,
         prepare=clone_repositories,
     )
-    # MCP servers and their token endpoints are fetched under the operator's address rules.
-    mcp_client = McpClient(vault_secrets, server_policy(settings.egress_allow_private))
     brain = BrainDeps(
         credential_check=egress_credentials.check,
         store=store,
@@ -188,7 +184,6 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         sandboxes=sandboxes,
         skills=skills,
         web_search=web_search,
-        mcp=McpToolsets(mcp_client),
         work=work_items,
         settings=BrainSettings(
             lease_seconds=settings.lease_seconds,
@@ -207,7 +202,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         events=EventService(store, sessions),
         files=files,
         skills=skills,
-        vaults=VaultService(vault_secrets, mcp=mcp_client),
+        vaults=VaultService(vault_secrets),
         memory_stores=memory_stores,
         vault_secrets=vault_secrets,
         sandboxes=sandboxes,
@@ -335,9 +330,13 @@ def recipe_generation(row: SessionRow, env: Resource | None) -> str | None:
     return hashlib.sha256(encoded.encode()).hexdigest()
 
 
-def session_standings(store: Store, *, concurrency: int = 8) -> Standings:
+def session_standings(
+    store: Store, *, concurrency: int = 8, credentials: EgressCredentials | None = None
+) -> Standings:
     """`SandboxPool`'s view of sessions: generation per existing session, in one batch
-    (concurrent reads; each environment read once)."""
+    (concurrent reads; each environment read once). With `credentials`, the state of a
+    session's `environment_variable` credentials is part of it (an archived or updated
+    credential re-makes the sandbox that substitutes it)."""
 
     async def standings(session_ids: Sequence[str]) -> dict[str, str | None]:
         rows: list[SessionRow] = []
@@ -356,7 +355,12 @@ def session_standings(store: Store, *, concurrency: int = 8) -> Standings:
             env_id: await store.get_resource("environment", env_id)
             for env_id in {row.environment_id for row in rows}
         }
-        return {row.id: recipe_generation(row, envs[row.environment_id]) for row in rows}
+        generations = {row.id: recipe_generation(row, envs[row.environment_id]) for row in rows}
+        for row in rows:
+            generation, vault_ids = generations[row.id], row.body.get("vault_ids")
+            if credentials is not None and generation is not None and vault_ids:
+                generations[row.id] = f"{generation}:{await credentials.fingerprint(vault_ids)}"
+        return generations
 
     return standings
 

@@ -227,3 +227,24 @@ def test_a_reachable_credential_raises_no_error(
     say(client, session_id, "hi")
     wait_idle(client, session_id, stop="end_turn")
     assert not [e for e in events(client, session_id) if e.type == "session.error"]
+
+
+def test_an_archived_credential_is_no_longer_substituted(
+    server: ServerProcess, fake_model: FakeModelServer, tls_host: TlsHost
+) -> None:
+    client = server.client()
+    vault_id, cred_id = _credential(client, ["127.0.0.1"])
+    session_id = _session(client, vault_id, ["127.0.0.1"])
+    # -k: the new sandbox no longer trusts a Corral CA and talks to the host itself
+    call = f'curl -sSk {tls_host.url}/again -H "X-Key: k$API_TOKEN"'
+    before = len(tls_host.seen)
+    fake_model.reset([Turn([ToolUse("bash", {"command": call})]), Turn([Text("one")])])
+    say(client, session_id, "first")
+    wait_idle(client, session_id, stop="end_turn", timeout=120)
+    assert tls_host.seen[before].headers["X-Key"] == f"k{CANARY}"
+
+    client.beta.vaults.credentials.archive(cred_id, vault_id=vault_id)
+    fake_model.reset([Turn([ToolUse("bash", {"command": call})]), Turn([Text("two")])])
+    say(client, session_id, "second")
+    wait_idle(client, session_id, stop="end_turn", after=len(events(client, session_id)))
+    assert tls_host.seen[before + 1].headers["X-Key"] == "k"  # a new sandbox, no credential

@@ -11,6 +11,8 @@ and tells nothing about the secret. When two credentials share a `secret_name`, 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,15 @@ import anyio
 from corral.hands.base import Hidden, Injection, Interception
 from corral.store.base import SessionRow
 from corral.vault.ca import load_or_create_ca
-from corral.vault.secrets import ResolvedSecret, SecretMatch, VaultSecrets
+from corral.vault.secrets import (
+    SEALED,
+    VAULT_KIND,
+    ResolvedSecret,
+    SecretMatch,
+    VaultSecrets,
+    all_rows,
+    credential_kind,
+)
 
 PLACEHOLDER_PREFIX = "corral-placeholder-"
 _ENV_VARS = SecretMatch(type="environment_variable")
@@ -66,6 +76,26 @@ class EgressCredentials:
             ca_key_pem=Hidden(ca.key_pem.reveal().encode()),
             injections=tuple(injections),
         )
+
+    async def fingerprint(self, vault_ids: Sequence[str]) -> str:
+        """A digest of the state of the `environment_variable` credentials these vaults give
+        a session (which are active, and their sealed values), opening no secret: when it
+        changes, the session's sandbox is re-made, so an archived or updated credential stops
+        being substituted as its old self."""
+        state = []
+        store = self._secrets.store
+        for vault_id in dict.fromkeys(vault_ids):
+            vault = await store.get_resource(VAULT_KIND, vault_id)
+            if vault is None or vault.archived_at is not None:
+                continue
+            rows = await all_rows(store, credential_kind(vault_id), include_archived=False)
+            state += [
+                [vault_id, r.id, r.body.get(SEALED), r.body.get("auth")]
+                for r in rows
+                if _ENV_VARS.accepts(r.body.get("auth") or {})
+            ]
+        encoded = json.dumps(state, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(encoded.encode()).hexdigest()
 
     async def check(self, row: SessionRow) -> list[dict[str, Any]]:
         """`unreachable` for a session, against its environment's networking now (a deleted
