@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import anyio
 
+from corral.brain.mcp import McpToolsets
 from corral.brain.run import BrainDeps, BrainSettings
 from corral.brain.sandboxes import SandboxPool, Standings
 from corral.brain.scheduler import Scheduler
@@ -26,6 +27,7 @@ from corral.hands.base import SKILLS_DIR, Limits, Mount, Networking, Repository,
 from corral.hands.layers import LayerBuilder, PackageSpec, layer_env, layer_mount
 from corral.hands.repositories import RepositoryCheckouts, RepositoryFailure
 from corral.hands.workspaces import SessionDirs
+from corral.mcp.client import McpClient
 from corral.models.base import ModelClient
 from corral.models.router import ModelRouter
 from corral.netpolicy import AddressPolicy
@@ -177,6 +179,8 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         after_execute=collect_outputs,
         prepare=clone_repositories,
     )
+    # MCP servers and their token endpoints are fetched under the operator's address rules.
+    mcp_client = McpClient(vault_secrets, server_policy(settings.egress_allow_private))
     brain = BrainDeps(
         credential_check=egress_credentials.check,
         store=store,
@@ -184,6 +188,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         sandboxes=sandboxes,
         skills=skills,
         web_search=web_search,
+        mcp=McpToolsets(mcp_client),
         work=work_items,
         settings=BrainSettings(
             lease_seconds=settings.lease_seconds,
@@ -202,7 +207,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         events=EventService(store, sessions),
         files=files,
         skills=skills,
-        vaults=VaultService(vault_secrets),
+        vaults=VaultService(vault_secrets, mcp=mcp_client),
         memory_stores=memory_stores,
         vault_secrets=vault_secrets,
         sandboxes=sandboxes,
