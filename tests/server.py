@@ -126,7 +126,7 @@ class ServerProcess:
         return self
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 180  # a loaded 2-core box can take 45 s to import
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:

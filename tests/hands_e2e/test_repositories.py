@@ -117,6 +117,7 @@ def assert_nowhere(data_dir: Path, found: list[bytes], *tokens: str) -> None:
 def test_clone_fetch_push_rotate_and_no_token_inside(
     server: ServerProcess, fake_model: FakeModelServer, git_server: GitServer
 ) -> None:
+    git_server.tokens = {TOKEN}
     client = server.client()
     shas: dict[str, str] = git_server.shas  # type: ignore[attr-defined]
     url = git_server.url("team/app.git")
@@ -157,11 +158,26 @@ def test_clone_fetch_push_rotate_and_no_token_inside(
             f"git {GIT_ID} commit -q -m 'agent commit' && git push -q origin feature 2>&1; "
             "git fetch -q origin 2>&1; git rev-parse origin/main"
         ),
+        # The forwarder speaks only smart HTTP, only for this session's repositories, and
+        # drops whatever Authorization the sandbox sends (the host sees only the real one).
+        bash(
+            " ".join(
+                f"curl -s -o /dev/null -w '%{{http_code}} ' -x http://127.0.0.1:3128 {extra}"
+                f" http://git.corral.invalid/{path};"
+                for path, extra in (
+                    (f"{branch.id}/HEAD", ""),
+                    ("sesrsc_someone_else/info/refs?service=git-upload-pack", ""),
+                    (f"{branch.id}/info/refs?service=git-upload-pack", "-u evil:evil"),
+                    (f"{branch.id}/info/refs?service=git-upload-pack", "-X DELETE"),
+                )
+            )
+        ),
     )
     out = results(client, session.id)
     assert out[0].split() == ["feature", "on", "the", "feature", "branch"]
     assert out[1].strip() == shas["first"]
     assert out[2].strip() == shas["main"], out[2]
+    assert out[3].split() == ["403", "404", "200", "403"], out[3]
     bare = git_server.root / "team" / "app.git"
     assert git("--git-dir", str(bare), "log", "-1", "--format=%s", "feature") == "agent commit"
     # The sandbox never sent a token: the forwarder added the only Authorization seen.
@@ -213,6 +229,7 @@ def test_clone_fetch_push_rotate_and_no_token_inside(
 def test_failures_are_session_errors_and_the_session_goes_on(
     server: ServerProcess, fake_model: FakeModelServer, git_server: GitServer
 ) -> None:
+    git_server.tokens = {TOKEN}  # whatever an earlier test rotated to
     client = server.client()
     url = git_server.url("team/app.git")
     refused = f"https://127.0.0.1:{git_server.port + 1 if git_server.port < 65535 else 1}/x/y"
