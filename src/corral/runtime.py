@@ -35,6 +35,7 @@ from corral.outbound import server_policy
 from corral.service.agents import AgentService
 from corral.service.egress_credentials import EgressCredentials
 from corral.service.environments import EnvironmentService
+from corral.service.memory_mounts import MemoryMounts
 from corral.service.memory_resources import MemoryResources
 from corral.service.memory_stores import MemoryStoreService
 from corral.service.events import EventService
@@ -162,15 +163,25 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         ),
     )
 
+    memory_mounts = MemoryMounts(MemoryStoreService(store), settings.data_dir / "sessions")
+
     async def collect_outputs(recipe: SandboxRecipe) -> list[str]:
-        """After each call; returns notes on refused outputs for the tool result."""
-        return await outputs.collect(recipe.session_id, recipe.outputs)
+        """After each call; returns notes on refused outputs and on memory the agent wrote
+        that was not saved (see `service.memory_mounts`), for the tool result."""
+        notes = await outputs.collect(recipe.session_id, recipe.outputs)
+        return notes + await memory_mounts.sync(recipe.session_id)
 
     layers = LayerBuilder(hands, settings.data_dir / "layers")
     sandboxes = SandboxPool(
         hands,
         recipe_factory(
-            settings, store, files, skills, layers=layers, credentials=egress_credentials
+            settings,
+            store,
+            files,
+            skills,
+            layers=layers,
+            credentials=egress_credentials,
+            memory=memory_mounts,
         ),
         standings=session_standings(store, credentials=egress_credentials),
         hold=dirs.hold,
@@ -272,6 +283,7 @@ def recipe_factory(
     skills: SkillService,
     *,
     layers: LayerBuilder | None = None,
+    memory: MemoryMounts | None = None,
     credentials: EgressCredentials | None = None,
 ) -> Callable[[str], Awaitable[SandboxRecipe]]:
     """How a session's sandbox is (re)made: environment networking and packages, file mounts,
@@ -285,6 +297,8 @@ def recipe_factory(
         # Fail closed: a deleted environment's networking is unknown, so grant none.
         config = (env.body.get("config") or {}) if env else {"networking": {"type": "none"}}
         mounts = await _resource_mounts(row.body, files, skills)
+        if memory is not None:  # attached memory stores, filled from the store afresh
+            mounts.extend(await memory.mounts(session_id, row.body))
         extra_env: dict[str, str] = {}
         spec = PackageSpec.from_config(config.get("packages"))
         if not spec.empty:
