@@ -152,12 +152,18 @@ def test_the_host_gets_the_secret_and_the_sandbox_only_the_placeholder(
         f"r = u.Request('{url}', data=('p=' + os.environ['API_TOKEN']).encode(), "
         "headers={'X-Api-Key': os.environ['API_TOKEN']}); print(u.urlopen(r).read().decode())\""
     )
+    # clients that ignore the variables read the default bundle, which trusts the CA too
+    default = (
+        "env -u SSL_CERT_FILE -u CURL_CA_BUNDLE -u REQUESTS_CA_BUNDLE "
+        f'curl -sS {url} -H "X-Api-Key: $API_TOKEN"'
+    )
     other = f'curl -sS http://localhost:{other_host}/ -H "X-Api-Key: $API_TOKEN"'
     fake_model.reset(
         [
             Turn([ToolUse("bash", {"command": curl})]),
             Turn([ToolUse("bash", {"command": chunked})]),
             Turn([ToolUse("bash", {"command": python})]),
+            Turn([ToolUse("bash", {"command": default})]),
             Turn([ToolUse("bash", {"command": other})]),
             Turn([ToolUse("bash", {"command": _sweep()})]),
             Turn([Text("done")]),
@@ -166,19 +172,20 @@ def test_the_host_gets_the_secret_and_the_sandbox_only_the_placeholder(
     say(client, session_id, "call the API")
     wait_idle(client, session_id, stop="end_turn", timeout=120)
     results = _results(client, session_id)
-    assert results[:4] == ["ok 1", "ok 2", "ok 3", "ok"], results
+    assert results[:5] == ["ok 1", "ok 2", "ok 3", "ok 4", "ok"], results
 
-    posted, chunk, py = tls_host.seen
+    posted, chunk, py, plain = tls_host.seen
     assert posted.headers["Authorization"] == f"Bearer {CANARY}"
     assert json.loads(posted.body) == {"token": CANARY}
     assert chunk.headers.get("Transfer-Encoding") == "chunked"
     assert chunk.body == f"key={CANARY}&n=1".encode()
     assert py.headers["X-Api-Key"] == CANARY and py.body == f"p={CANARY}".encode()
+    assert plain.headers["X-Api-Key"] == CANARY
 
     (elsewhere,) = _Recorder.seen  # another host: only ever the placeholder
     placeholder = elsewhere["X-Api-Key"]
     assert placeholder.startswith("corral-placeholder-") and CANARY not in str(elsewhere)
-    assert results[4] == f"swept found=0 token={placeholder}"
+    assert results[5] == f"swept found=0 token={placeholder}"
 
     log = [e.model_dump_json() for e in events(client, session_id)]
     assert log and not any(CANARY in e for e in log)

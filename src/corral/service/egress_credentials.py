@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 
 from corral.hands.base import Hidden, Injection, Interception
-from corral.store.base import SessionRow
+from corral.store.base import Resource, SessionRow
 from corral.vault.ca import load_or_create_ca
 from corral.vault.secrets import (
     SEALED,
@@ -77,23 +77,28 @@ class EgressCredentials:
             injections=tuple(injections),
         )
 
-    async def fingerprint(self, vault_ids: Sequence[str]) -> str:
-        """A digest of the state of the `environment_variable` credentials these vaults give
-        a session (which are active, and their sealed values), opening no secret: when it
-        changes, the session's sandbox is re-made, so an archived or updated credential stops
-        being substituted as its old self."""
-        state = []
+    async def _rows(self, vault_ids: Sequence[str]) -> list[Resource]:
+        """The session's active `environment_variable` credential rows, in resolve order,
+        without opening a secret."""
+        found: list[Resource] = []
         store = self._secrets.store
         for vault_id in dict.fromkeys(vault_ids):
             vault = await store.get_resource(VAULT_KIND, vault_id)
             if vault is None or vault.archived_at is not None:
                 continue
             rows = await all_rows(store, credential_kind(vault_id), include_archived=False)
-            state += [
-                [vault_id, r.id, r.body.get(SEALED), r.body.get("auth")]
-                for r in rows
-                if _ENV_VARS.accepts(r.body.get("auth") or {})
-            ]
+            found += [r for r in rows if _ENV_VARS.accepts(r.body.get("auth") or {})]
+        return found
+
+    async def fingerprint(self, vault_ids: Sequence[str]) -> str:
+        """A digest of the state of the `environment_variable` credentials these vaults give
+        a session (which are active, and their sealed values), opening no secret: when it
+        changes, the session's sandbox is re-made, so an archived or updated credential stops
+        being substituted as its old self."""
+        state = [
+            [r.body.get("vault_id"), r.id, r.body.get(SEALED), r.body.get("auth")]
+            for r in await self._rows(vault_ids)
+        ]
         encoded = json.dumps(state, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(encoded.encode()).hexdigest()
 
@@ -112,23 +117,23 @@ class EgressCredentials:
     ) -> list[dict[str, Any]]:
         """A `credential_host_unreachable_error` body (without `retry_status`) per credential
         naming hosts the environment's networking does not let the sandbox reach."""
-        found = await self._secrets.resolve_all(vault_ids, _ENV_VARS) if vault_ids else []
         errors = []
-        for cred in found:
-            blocked = blocked_hosts(cred.auth.get("networking") or {}, networking)
+        for row in await self._rows(vault_ids):
+            auth = row.body.get("auth") or {}
+            blocked = blocked_hosts(auth.get("networking") or {}, networking)
             if blocked:
                 kind = networking.get("type", "unrestricted")
                 errors.append(
                     {
                         "type": "credential_host_unreachable_error",
                         "message": (
-                            f"credential {cred.credential_id} ({cred.auth['secret_name']}) "
+                            f"credential {row.id} ({auth.get('secret_name')}) "
                             f"names {', '.join(blocked)} in its allowed_hosts, which this "
                             f"environment's {kind} networking does not allow; its secret is "
                             "never sent there"
                         ),
-                        "credential_id": cred.credential_id,
-                        "vault_id": cred.vault_id,
+                        "credential_id": row.id,
+                        "vault_id": str(row.body.get("vault_id")),
                     }
                 )
         return errors
