@@ -109,6 +109,10 @@ def assert_no_secret(corral: ServerProcess, client: anthropic.Anthropic, session
     dump = json.dumps([e.model_dump(mode="json") for e in events(client, session_id)])
     assert CANARY not in dump
     assert CANARY not in corral.log_path.read_text(errors="replace")
+    # Nor anywhere in the data dir: the database (SQLite), its WAL, sandboxes, files.
+    for path in corral.data_dir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert CANARY.encode() not in path.read_bytes(), path
 
 
 def test_static_bearer_call_with_always_allow(
