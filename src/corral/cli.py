@@ -143,24 +143,30 @@ def migrate(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
 
 @app.command("vault-rekey")
 def vault_rekey(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
-    """Re-seal every credential under the first CORRAL_VAULT_KEY (finishes a key rotation)."""
+    """Re-seal every credential and repository token under the first CORRAL_VAULT_KEY
+    (finishes a key rotation)."""
     from corral.runtime import open_store
+    from corral.service.repositories import RepositoryTokens
     from corral.vault.keys import load_keys
     from corral.vault.secrets import VaultSecrets
 
     settings = _settings(data_dir=data_dir, database_url=database_url)
     keyring = load_keys(settings.vault_key, settings.data_dir).keyring
 
-    async def run() -> int:
+    async def run() -> tuple[int, int]:
         store = open_store(settings)
         await store.open()
         try:
-            return await VaultSecrets(store, keyring).rekey()
+            credentials = await VaultSecrets(store, keyring).rekey()
+            return credentials, await RepositoryTokens(store, keyring).rekey()
         finally:
             await store.aclose()
 
-    count = anyio.run(run)
-    console.print(f"re-sealed {count} credential(s) under vault key {keyring.primary_id}")
+    count, tokens = anyio.run(run)
+    console.print(
+        f"re-sealed {count} credential(s) and {tokens} repository token(s) "
+        f"under vault key {keyring.primary_id}"
+    )
 
 
 @app.command()

@@ -21,6 +21,7 @@ from corral.ids import new_id, now_rfc3339
 from corral.netpolicy import AddressPolicy
 from corral.store.base import Resource, ResourceStore
 from corral.vault.crypto import Keyring
+from corral.vault.secrets import all_rows
 from corral.wire.sessions import GithubRepository
 
 TOKEN_KIND = "repository_token"
@@ -180,6 +181,17 @@ class RepositoryTokens:
         if row is None:
             return None
         return self._keyring.open(str(row.body["sealed"]), _bound_to(resource_id)).values["token"]
+
+    async def rekey(self) -> int:
+        """Re-seal every token sealed under a non-primary key (`corral vault-rekey`)."""
+        count = 0
+        for row in await all_rows(self._store, TOKEN_KIND, include_archived=True):
+            if not str(row.body["sealed"]).startswith(f"v1.{self._keyring.primary_id}."):
+                token = await self.current(row.id)
+                if token is not None:
+                    await self.put(str(row.body["session_id"]), row.id, token)
+                    count += 1
+        return count
 
     async def forget(self, resource_ids: list[str]) -> None:
         """Delete the tokens of removed resources or a deleted session."""
