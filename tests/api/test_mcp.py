@@ -491,3 +491,28 @@ def test_custom_tool_cannot_use_the_mcp_prefix(corral: ServerProcess) -> None:
             ],
         )
     assert "mcp__" in str(info.value)
+
+
+def test_interrupt_cancels_a_running_call(
+    corral: ServerProcess, fake_model: FakeModelServer, mcp: McpTestServer
+) -> None:
+    mcp.slow_seconds = 30.0
+    fake_model.reset([Turn([ToolUse("mcp__calc__slow", {"text": "stop me"})]), Turn([Text("x")])])
+    client = corral.client()
+    session_id, _ = mcp_session(
+        client,
+        mcp.url,
+        auth=bearer(mcp.url),
+        toolset={"default_config": {"permission_policy": ALLOW}},
+    )
+    say(client, session_id, "go")
+    deadline = time.monotonic() + 20
+    while not mcp.calls and time.monotonic() < deadline:
+        time.sleep(0.02)
+    client.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
+    wait_idle(client, session_id, stop="end_turn", timeout=60)
+    log = events(client, session_id)
+    assert_log_sound(log)
+    [result] = of_type(log, "agent.mcp_tool_result")
+    assert result.is_error and "Interrupted" in result.content[0].text
+    assert mcp.calls == [("slow", {"text": "stop me"})]
