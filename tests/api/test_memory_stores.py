@@ -4,12 +4,14 @@ listing with roll-ups, versions with filters, redaction, archive and delete sema
 
 from __future__ import annotations
 
+import base64
 import hashlib
 
 import anthropic
 import pytest
 from anthropic.types.beta.memory_stores import BetaManagedAgentsPreconditionParam
 
+from tests.api.bad_input_support import get, post, refused
 from tests.api.helpers import say, wait_idle
 from tests.fakes.messages_server import FakeModelServer, ScriptedTurns, Text, Turn
 from tests.server import ServerProcess
@@ -299,3 +301,51 @@ def test_session_resources_prompt_and_list_filter(
             resources=[twice],  # type: ignore[list-item]
         )
     assert "archived" in archived.value.message
+
+
+def test_bad_input_is_4xx_naming_the_field(client: anthropic.Anthropic) -> None:
+    store = client.beta.memory_stores.create(name="bad")
+    base = f"/v1/memory_stores/{store.id}"
+    memory = client.beta.memory_stores.memories.create(store.id, path="/a.md", content="a")
+    surrogate_page = base64.urlsafe_b64encode(b'{"a":"\\ud800","s":null}').decode()
+    bad = anthropic.BadRequestError
+    for call, fields in [
+        (post(client, "/v1/memory_stores", {"name": "x", "extra": 1}), ["extra"]),
+        (post(client, "/v1/memory_stores", {"name": 5}), ["name"]),
+        (post(client, "/v1/memory_stores", {"name": "a\x07b"}), ["name"]),
+        (post(client, base, {"metadata": {"k" * 65: "v"}}), ["metadata"]),
+        (post(client, f"{base}/memories", {"path": "/b.md"}), ["content"]),
+        (post(client, f"{base}/memories", {"path": "/b.md", "content": 3}), ["content"]),
+        (
+            post(client, f"{base}/memories/{memory.id}", {"precondition": {"type": "etag"}}),
+            ["precondition"],
+        ),
+        (
+            post(
+                client,
+                f"{base}/memories/{memory.id}",
+                {"precondition": {"type": "content_sha256", "content_sha256": "ABC"}},
+            ),
+            ["content_sha256"],
+        ),
+        (get(client, f"{base}/memories", view="everything"), ["view"]),
+        (get(client, f"{base}/memories", depth="-1"), ["depth"]),
+        (get(client, f"{base}/memories", limit="0"), ["limit"]),
+        (get(client, f"{base}/memories", limit="101"), ["limit"]),
+        (get(client, f"{base}/memories", page=surrogate_page), ["page"]),
+        (get(client, f"{base}/memories", path_prefix="//"), ["path_prefix"]),
+        (get(client, f"{base}/memory_versions", operation="renamed"), ["operation"]),
+        (get(client, f"{base}/memory_versions", page="mem_x"), ["page"]),
+        (get(client, f"{base}/memory_versions", **{"created_at[gte]": "soon"}), ["created_at"]),
+        (get(client, f"{base}/memory_versions", session_id="s", api_key_id="k"), ["session_id"]),
+        (get(client, "/v1/memory_stores", page="junk"), ["page"]),
+    ]:
+        refused(bad, call, *fields)
+    with pytest.raises(anthropic.BadRequestError):
+        client.beta.memory_stores.memories.delete(
+            memory.id, memory_store_id=store.id, expected_content_sha256="nothex"
+        )
+    with pytest.raises(anthropic.NotFoundError):
+        client.beta.memory_stores.memories.retrieve("mem_nope", memory_store_id=store.id)
+    with pytest.raises(anthropic.NotFoundError):
+        client.beta.memory_stores.memories.list("memstore_nope")

@@ -158,7 +158,7 @@ class VaultAuth(httpx.Auth):
         refresh = dict(self.found.auth.get("refresh") or {})
         secrets = {k: v.reveal() for k, v in self.found.secrets.items()}
         endpoint = str(refresh.get("token_endpoint"))
-        data, headers = _token_request(refresh, secrets)
+        data, headers = token_request(refresh, secrets)
         try:
             async with self.client_factory(timeout=_TOKEN_TIMEOUT) as client:
                 response = await client.post(endpoint, data=data, headers=headers)
@@ -237,7 +237,7 @@ def _can_refresh(found: ResolvedSecret | None) -> bool:
     )
 
 
-def _token_request(
+def token_request(
     refresh: dict[str, Any], secrets: dict[str, str]
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Form and headers of a refresh_token grant, client authenticated per the credential's

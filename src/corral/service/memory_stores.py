@@ -381,9 +381,11 @@ def _decode_page(token: str | None) -> tuple[str | None, str | None]:
         after, start = data["a"], data["s"]
         if not all(v is None or isinstance(v, str) for v in (after, start)):
             raise ValueError("bad cursor")
+        # what no stored path can hold: NUL (PostgreSQL text) and lone surrogates (UTF-8)
+        (after or "").encode() + (start or "").encode()
         if "\x00" in (after or "") + (start or ""):
             raise ValueError("bad cursor")
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeEncodeError) as exc:
         raise BadRequest("page: invalid cursor (use the next_page of a previous page)") from exc
     return after, start
 
