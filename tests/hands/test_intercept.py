@@ -382,3 +382,30 @@ def test_an_unrestricted_credential_opens_every_host(tmp_path: Path) -> None:
     assert interceptor.rules("v1.api.test") == Rules(
         header=((b"p1", b"s1"),), body=((b"p2", b"s2"),)
     )
+
+
+async def test_address_rules_still_apply_to_credential_hosts(
+    tmp_path: Path, tls_host: TlsHost
+) -> None:
+    """Without the operator's `allow_private`, the loopback stays refused even though a
+    credential names it: nothing is connected, intercepted or substituted."""
+    ca = load_or_create_ca(tmp_path, Keyring([new_key()]), "env_r")
+    injection = Injection(
+        placeholder=PH.decode(), secret=Hidden(SECRET), hosts=("127.0.0.1",),
+        header=True, body=True,
+    )  # fmt: skip
+    interception = Interception(
+        ca_cert_pem=ca.cert_pem, ca_key_pem=Hidden(ca.key_pem.reveal().encode()),
+        injections=(injection,),
+    )  # fmt: skip
+    egress = EgressProxy(HostPolicy(["127.0.0.1"]), interceptor=Interceptor(interception, tmp_path))
+    await egress.start(tmp_path / "r.sock")
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(tmp_path / "r.sock"))
+        writer.write(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % tls_host.port)
+        answer = await reader.read(4096)
+        writer.close()
+    finally:
+        await egress.aclose()
+    assert answer.startswith(b"HTTP/1.1 403") and b"allow_private" in answer
+    assert tls_host.seen == []

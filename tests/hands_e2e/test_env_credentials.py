@@ -187,6 +187,11 @@ def test_the_host_gets_the_secret_and_the_sandbox_only_the_placeholder(
     assert placeholder.startswith("corral-placeholder-") and CANARY not in str(elsewhere)
     assert results[5] == f"swept found=0 token={placeholder}"
 
+    responses = [
+        client.beta.sessions.retrieve(session_id).model_dump_json(),
+        client.beta.vaults.credentials.list(vault_id).model_dump_json(),
+    ]
+    assert not any(CANARY in r for r in responses)
     log = [e.model_dump_json() for e in events(client, session_id)]
     assert log and not any(CANARY in e for e in log)
     assert CANARY not in json.dumps(fake_model.requests)
