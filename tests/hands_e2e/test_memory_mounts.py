@@ -130,10 +130,13 @@ def test_conflict_server_wins(server: ServerProcess, fake_model: FakeModelServer
     stores = client.beta.memory_stores
     store = stores.create(name="team notes")
     memory = stores.memories.create(store.id, path="/notes.md", content="v1")
+    gone = stores.memories.create(store.id, path="/gone.md", content="old")
     session = new_session(client, store.id)
 
     def someone_else_edits() -> Turn:
         stores.memories.update(memory.id, memory_store_id=store.id, content="theirs")
+        stores.memories.create(store.id, path="/fresh.md", content="from the api")
+        stores.memories.delete(gone.id, memory_store_id=store.id)
         return bash(f"echo mine > {MOUNT}/notes.md")
 
     run(
@@ -142,17 +145,18 @@ def test_conflict_server_wins(server: ServerProcess, fake_model: FakeModelServer
         session,
         Steps(
             [
-                bash(f"cat {MOUNT}/notes.md"),
+                bash(f"cat {MOUNT}/notes.md; echo; ls {MOUNT}"),
                 someone_else_edits,
-                bash(f"cat {MOUNT}/notes.md"),
+                bash(f"cat {MOUNT}/notes.md; echo; cat {MOUNT}/fresh.md; echo; ls {MOUNT}"),
                 Turn([Text("ok")]),
             ]
         ),
     )
     before, wrote, after = results(client, session)
-    assert text(before).strip() == "v1"
+    assert text(before).split() == ["v1", "gone.md", "notes.md"]
     assert "the store's version wins" in text(wrote) and "/notes.md" in text(wrote)
-    assert text(after).strip() == "theirs"
+    # the store's version replaced the agent's; the API's other changes were copied in
+    assert text(after).split() == ["theirs", "from", "the", "api", "fresh.md", "notes.md"]
     kept = stores.memories.retrieve(memory.id, memory_store_id=store.id)
     assert kept.content == "theirs"
     assert list(stores.memory_versions.list(store.id, session_id=session)) == []
