@@ -44,6 +44,8 @@ class GitServer:
         self.tokens = set(tokens)
         self.seen_authorization: list[str] = []
         self.requests: list[tuple[str, str, int]] = []
+        self.chunked_bodies = 0
+        """Requests whose body came chunked (git does that above http.postBuffer)."""
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -87,6 +89,8 @@ class GitServer:
         auth = handler.headers.get("Authorization")
         if auth is not None:
             self.seen_authorization.append(auth)
+        if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            self.chunked_bodies += 1
         body = _read_body(handler)
         path, _, query = handler.path.partition("?")
         if not self._authorized(auth):
@@ -125,7 +129,7 @@ class GitServer:
 
 def _read_body(handler: http.server.BaseHTTPRequestHandler) -> bytes:
     if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             size = int(handler.rfile.readline().split(b";")[0].strip(), 16)
             if size == 0:

@@ -140,9 +140,12 @@ def test_clone_fetch_push_rotate_and_no_token_inside(
         ],
     )
     branch, pinned = session.resources
-    assert branch.mount_path == "/workspace/app"  # type: ignore[union-attr]
-    assert branch.checkout.name == "feature"  # type: ignore[union-attr]
-    assert pinned.checkout.sha == shas["first"]  # type: ignore[union-attr]
+    assert branch.type == "github_repository" and pinned.type == "github_repository"
+    assert branch.mount_path == "/workspace/app"
+    assert branch.checkout is not None and branch.checkout.type == "branch"
+    assert branch.checkout.name == "feature"
+    assert pinned.checkout is not None and pinned.checkout.type == "commit"
+    assert pinned.checkout.sha == shas["first"]
     responses = [session.model_dump_json().encode()]
     listed = client.beta.sessions.resources.list(session.id)
     responses.append(json.dumps(listed.model_dump(mode="json")).encode())
@@ -196,8 +199,23 @@ def test_clone_fetch_push_rotate_and_no_token_inside(
     )
     responses.append(updated.model_dump_json().encode())
     assert updated.updated_at > branch.updated_at  # type: ignore[union-attr]
-    turn(client, session.id, fake_model, bash("cd /workspace/app && git push -q origin feature"))
-    assert git("--git-dir", str(bare), "log", "-1", "--format=%s", "feature") == "again"
+    # 2 MB of noise makes git send the push chunked (above http.postBuffer).
+    big = (
+        f"head -c 2000000 /dev/urandom > big.bin && git add big.bin && git {GIT_ID} commit -qm big"
+    )
+    turn(
+        client,
+        session.id,
+        fake_model,
+        bash(
+            f"cd /workspace/app && {big} && git push -q origin feature 2>&1; git log -1 --format=%s"
+        ),
+    )
+    assert results(client, session.id)[-1].strip() == "big"
+    assert git("--git-dir", str(bare), "log", "-1", "--format=%s", "feature") == "big"
+    size = git("--git-dir", str(bare), "cat-file", "-s", "feature:big.bin")
+    assert size == "2000000"
+    assert git_server.chunked_bodies >= 1, "the big push was not chunked: the test lost its point"
 
     # Everything the sandbox can see, gathered from inside, plus git's own view of its config.
     dump = "/mnt/session/outputs/inside.txt"
@@ -208,10 +226,14 @@ def test_clone_fetch_push_rotate_and_no_token_inside(
         bash(
             f"(env; git -C /workspace/app config --list --show-origin; "
             f"cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline; "
-            f"grep -rao . /workspace /tmp /etc 2>/dev/null) > {dump} 2>&1; wc -c < {dump}"
+            f"find /workspace /tmp /etc -type f -exec cat {{}} + 2>/dev/null) > {dump} 2>&1; "
+            f"wc -c < {dump}"
         ),
     )
-    config = (server.data_dir / "sessions" / session.id / "workspace/app/.git/config").read_text()
+    workspace = server.data_dir / "sessions" / session.id / "workspace"
+    config = (workspace / "app/.git/config").read_text()
+    owner = workspace.stat().st_uid  # the sandbox's uid: the clone is its files, like the rest
+    assert {p.stat().st_uid for p in (workspace / "app").rglob("*")} == {owner}
     assert f"url = {url}" in config and "insteadOf" in config and "@" not in config
     assert "Authorization" not in config and "extraheader" not in config.lower()
     found = [json.dumps([e.model_dump(mode="json") for e in events(client, session.id)]).encode()]
@@ -318,7 +340,7 @@ def test_bad_resources_are_400s_naming_the_field(
         resources=[good],  # type: ignore[list-item]
     )
     files_only = httpx.post(
-        f"{server.url}/v1/sessions/{session.id}/resources/{session.resources[0].id}",
+        f"{server.url}/v1/sessions/{session.id}/resources/{session.resources[0].id}",  # type: ignore[union-attr]
         headers={"x-api-key": API_KEY},
         json={},
     )
