@@ -139,6 +139,10 @@ def test_conflict_server_wins(server: ServerProcess, fake_model: FakeModelServer
         stores.memories.delete(gone.id, memory_store_id=store.id)
         return bash(f"echo mine > {MOUNT}/notes.md")
 
+    def and_again() -> Turn:
+        stores.memories.update(memory.id, memory_store_id=store.id, content="theirs again")
+        return bash(f"echo mine again > {MOUNT}/notes.md")
+
     run(
         client,
         fake_model,
@@ -148,15 +152,17 @@ def test_conflict_server_wins(server: ServerProcess, fake_model: FakeModelServer
                 bash(f"cat {MOUNT}/notes.md; echo; ls {MOUNT}"),
                 someone_else_edits,
                 bash(f"cat {MOUNT}/notes.md; echo; cat {MOUNT}/fresh.md; echo; ls {MOUNT}"),
+                and_again,
                 Turn([Text("ok")]),
             ]
         ),
     )
-    before, wrote, after = results(client, session)
+    before, wrote, after, again = results(client, session)
     assert text(before).split() == ["v1", "gone.md", "notes.md"]
     assert "the store's version wins" in text(wrote) and "/notes.md" in text(wrote)
     # the store's version replaced the agent's; the API's other changes were copied in
     assert text(after).split() == ["theirs", "from", "the", "api", "fresh.md", "notes.md"]
+    assert "the store's version wins" in text(again)  # every conflict is reported
     kept = stores.memories.retrieve(memory.id, memory_store_id=store.id)
-    assert kept.content == "theirs"
+    assert kept.content == "theirs again"
     assert list(stores.memory_versions.list(store.id, session_id=session)) == []

@@ -102,25 +102,27 @@ class MemoryMounts:
             if place.read_only or not place.state.exists():
                 continue
             try:
+                await self.stores.row(place.store_id)
                 notes += await self._sync_one(session_id, place, mount_path)
             except NotFound:
-                continue  # the store was deleted meanwhile
+                continue  # the store was deleted: nothing to save to
             except OSError:
                 log.exception("syncing %s of session %s", mount_path, session_id)
-        return self._new(session_id, notes)
+        return notes
 
     async def _sync_one(self, session_id: str, place: _Place, mount_path: str) -> list[str]:
         baseline: Baseline = await anyio.to_thread.run_sync(_load, place.state)
         seen = await anyio.to_thread.run_sync(memory_tree.scan, place.root)
-        notes = [
+        refusals = [
             f"{mount_path}{path} was not saved to the memory store: it {why}."
             for path, why in seen.refused.items()
         ]
         if seen.truncated:
-            notes.append(
+            refusals.append(
                 f"{mount_path} holds more than {memory_tree.MAX_FILES} entries; only part "
                 "of it was looked at and nothing was deleted from the store."
             )
+        notes = self._new(session_id, refusals)  # a refusal is said once; conflicts each time
         actor = {"type": "session_actor", "session_id": session_id}
         for path, content in seen.files.items():
             notes += await self._push(place.store_id, actor, path, content, baseline, mount_path)
