@@ -137,9 +137,17 @@ def test_clone_fetch_push_rotate_and_no_token_inside(
                 "checkout": {"type": "commit", "sha": shas["first"]},
                 "mount_path": "/workspace/pinned/app",
             },
+            {  # the remote's default branch
+                "type": "github_repository",
+                "url": url,
+                "authorization_token": TOKEN,
+                "mount_path": "default",
+            },
         ],
+        networking="limited",  # no allowed host: the proxy serves git's name and nothing else
     )
-    branch, pinned = session.resources
+    branch, pinned, default = session.resources
+    assert default.mount_path == "/workspace/default"  # type: ignore[union-attr]
     assert branch.type == "github_repository" and pinned.type == "github_repository"
     assert branch.mount_path == "/workspace/app"
     assert branch.checkout is not None and branch.checkout.type == "branch"
@@ -156,6 +164,10 @@ def test_clone_fetch_push_rotate_and_no_token_inside(
         fake_model,
         bash("cd /workspace/app && git branch --show-current && cat feature.txt"),
         bash("git -C /workspace/pinned/app rev-parse HEAD"),
+        bash(
+            "git -C /workspace/default branch --show-current; curl -s -o /dev/null "
+            "-w %{http_code} -x http://127.0.0.1:3128 http://example.com/"
+        ),
         bash(
             f"cd /workspace/app && echo from-agent > agent.txt && git add agent.txt && "
             f"git {GIT_ID} commit -q -m 'agent commit' && git push -q origin feature 2>&1; "
@@ -179,8 +191,9 @@ def test_clone_fetch_push_rotate_and_no_token_inside(
     out = results(client, session.id)
     assert out[0].split() == ["feature", "on", "the", "feature", "branch"]
     assert out[1].strip() == shas["first"]
-    assert out[2].strip() == shas["main"], out[2]
-    assert out[3].split() == ["403", "404", "200", "403"], out[3]
+    assert out[2].split() == ["main", "403"], out[2]  # and nothing else is reachable
+    assert out[3].strip() == shas["main"], out[3]
+    assert out[4].split() == ["403", "404", "200", "403"], out[4]
     bare = git_server.root / "team" / "app.git"
     assert git("--git-dir", str(bare), "log", "-1", "--format=%s", "feature") == "agent commit"
     # The sandbox never sent a token: the forwarder added the only Authorization seen.
