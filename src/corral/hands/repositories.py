@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 
+from corral.hands import _usage
 from corral.hands._gitproxy import GIT_HOST, TokenSource, basic_auth, local_url
 from corral.hands._sources import Owner
 from corral.hands.base import Repository, SandboxRecipe
@@ -101,7 +102,7 @@ class RepositoryCheckouts:
             token = None
             try:
                 token = await self._tokens(repo.resource_id)
-                await self._clone(repo, recipe.workspace, state, owner, token)
+                await self._clone(repo, recipe, state, owner, token)
             except _Failed as failure:
                 message = _redact(str(failure), token)
                 log.warning("repository %s not cloned: %s", repo.url, message)
@@ -113,8 +114,9 @@ class RepositoryCheckouts:
         return failures
 
     async def _clone(
-        self, repo: Repository, workspace: Path, state: Path, owner: Owner, token: str | None
+        self, repo: Repository, recipe: SandboxRecipe, state: Path, owner: Owner, token: str | None
     ) -> None:
+        workspace = recipe.workspace
         await anyio.Path(state).mkdir(mode=0o700, exist_ok=True)
         refs = await self._probe(repo, token)
         branch = repo.checkout[1] if repo.checkout and repo.checkout[0] == "branch" else None
@@ -131,6 +133,7 @@ class RepositoryCheckouts:
                     await self._checkout_commit(staging, repo.checkout[1], env)
                 for key, value in _sandbox_config(repo):
                     await self._run(["-C", str(staging), "config", key, value], env, "")
+            await _check_quota(staging, recipe)
             await anyio.to_thread.run_sync(_install, staging, workspace, repo.mount_path, owner)
         finally:
             await anyio.to_thread.run_sync(_remove, staging)
@@ -218,6 +221,16 @@ class RepositoryCheckouts:
         if result.returncode != 0:
             tail = result.stderr.decode(errors="replace").strip().splitlines()[-3:]
             raise _Failed(kind or "repository_clone_error", "git: " + " / ".join(tail))
+
+
+async def _check_quota(staging: Path, recipe: SandboxRecipe) -> None:
+    """The clone must fit in the workspace's disk quota with what is already there."""
+    roots = (staging, recipe.workspace, recipe.outputs)
+    usage = await anyio.to_thread.run_sync(_usage.measure, roots)
+    if _usage.over_quota(usage, recipe.limits.disk_bytes) is not None:
+        quota = recipe.limits.disk_bytes
+        msg = f"the clone does not fit in the workspace's disk quota of {quota} bytes"
+        raise _Failed("repository_clone_error", msg)
 
 
 def _clone_args(repo: Repository, staging: Path) -> list[str]:
