@@ -42,6 +42,10 @@ from corral.wire.events import (
 CallKind = Literal["builtin", "custom", "mcp"]
 TURN_CONTINUES_ERRORS = frozenset(
     {"mcp_connection_failed_error", "mcp_authentication_failed_error"}
+    | {  # a repository could not be cloned: the session goes on without it
+        f"repository_{kind}_error"
+        for kind in ("authentication", "forbidden", "not_found", "checkout", "clone")
+    }
 )
 """`session.error` types that report a failure the turn carries on past (not a model failure)."""
 Status = Literal["idle", "running", "rescheduling", "terminated"]
