@@ -349,3 +349,18 @@ def test_bad_input_is_4xx_naming_the_field(client: anthropic.Anthropic) -> None:
         client.beta.memory_stores.memories.retrieve("mem_nope", memory_store_id=store.id)
     with pytest.raises(anthropic.NotFoundError):
         client.beta.memory_stores.memories.list("memstore_nope")
+
+
+def test_responses_have_exactly_the_sdk_fields(client: anthropic.Anthropic) -> None:
+    stores = client.beta.memory_stores
+    store = stores.create(name="shapes")
+    memory = stores.memories.create(store.id, path="/dir/a.md", content="x", view="full")
+    version = stores.memory_versions.retrieve(memory.memory_version_id, memory_store_id=store.id)
+    prefix = stores.memories.list(store.id, depth=1).data[0]
+    deleted = stores.memories.delete(memory.id, memory_store_id=store.id)
+    gone = stores.delete(store.id)
+    for item in (store, memory, version, prefix, deleted, gone):
+        assert item.model_extra == {}, (type(item).__name__, item.model_extra)
+        missing = set(type(item).model_fields) - set(item.model_fields_set)
+        assert missing == set(), (type(item).__name__, missing)
+    assert prefix.type == "memory_prefix" and prefix.path == "/dir/"
