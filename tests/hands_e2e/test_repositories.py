@@ -118,6 +118,7 @@ def test_clone_fetch_push_rotate_and_no_token_inside(
     server: ServerProcess, fake_model: FakeModelServer, git_server: GitServer
 ) -> None:
     git_server.tokens = {TOKEN}
+    git_server.seen_authorization.clear()  # the host serves every backend's run of this module
     client = server.client()
     shas: dict[str, str] = git_server.shas  # type: ignore[attr-defined]
     url = git_server.url("team/app.git")
