@@ -2,8 +2,9 @@
 
 Discovery. Before a model call, each of the agent's MCP servers is asked `tools/list` (through
 `corral.mcp.client`, with the session's vault credential); the result is cached per session in
-this process and kept until a connection to that server fails, when the next request lists
-again (a new worker, or a restart, lists again too). A server that cannot be listed is reported
+this process and kept until a connection to that server fails; a failed server is not tried
+again in that turn, and the next turn lists it again (a new worker, or a restart, lists again
+too). A server that cannot be listed is reported
 once per turn as `session.error` (`mcp_connection_failed_error` /
 `mcp_authentication_failed_error`, naming it), the model is told in its system prompt that the
 server's tools are unavailable, and the turn goes on without them.
@@ -82,7 +83,9 @@ class McpToolsets:
     def __init__(self, client: McpClient) -> None:
         self.client = client
         self._tools: OrderedDict[str, dict[str, list[McpTool]]] = OrderedDict()
-        self._reported: dict[tuple[str, str], int] = {}
+        self._failed: dict[tuple[str, str], tuple[int, McpFailure]] = {}
+        """(session, server) -> (turn, failure): a server that failed is not tried again in
+        that turn (a silent one would cost its timeout on every step)."""
 
     async def offer(self, view: SessionView) -> Offer:
         """The MCP tools to offer now, listing servers not in the cache (concurrently)."""
@@ -121,9 +124,9 @@ class McpToolsets:
         try:
             return await self.client.call_tool(server, view.vault_ids, tool, arguments)
         except McpFailure as failure:
-            # Listed again before the next request; this turn has its error already.
+            # Listed again in the next turn; this turn has its error already.
             self._forget(view.session_id, server.name)
-            self._reported[(view.session_id, server.name)] = view.turn
+            self._remember(view, failure)
             log.warning("session %s: %s", view.session_id, failure.message)
             return failure
 
@@ -132,6 +135,9 @@ class McpToolsets:
         if cached is not None:
             self._tools.move_to_end(view.session_id)
             return cached
+        failed = self._failed.get((view.session_id, server.name))
+        if failed is not None and failed[0] == view.turn:
+            return failed[1]
         refusal = networking_refusal(view.networking, server)
         if refusal is not None:
             return refusal
@@ -142,8 +148,7 @@ class McpToolsets:
         self._tools.setdefault(view.session_id, {})[server.name] = tools
         self._tools.move_to_end(view.session_id)
         while len(self._tools) > _SESSIONS:
-            gone, _ = self._tools.popitem(last=False)
-            self._reported = {k: v for k, v in self._reported.items() if k[0] != gone}
+            self._tools.popitem(last=False)
         return tools
 
     def _report(self, view: SessionView, failure: McpFailure, offer: Offer) -> None:
@@ -151,12 +156,17 @@ class McpToolsets:
             f"The tools of MCP server '{failure.server}' are unavailable in this turn: "
             f"{failure.message}"
         )
-        key = (view.session_id, failure.server)
-        if self._reported.get(key) == view.turn:
+        failed = self._failed.get((view.session_id, failure.server))
+        if failed is not None and failed[0] == view.turn:
             return  # already reported in this turn
-        self._reported[key] = view.turn
+        self._remember(view, failure)
         log.warning("session %s: %s", view.session_id, failure.message)
         offer.errors.append(failure_event(failure, "retrying"))
+
+    def _remember(self, view: SessionView, failure: McpFailure) -> None:
+        if len(self._failed) >= 4 * _SESSIONS:
+            self._failed.clear()  # at worst a failure is reported (and tried) once more
+        self._failed[(view.session_id, failure.server)] = (view.turn, failure)
 
     def _forget(self, session_id: str, server: str) -> None:
         self._tools.get(session_id, {}).pop(server, None)
