@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from corral.cli_envkeys import env_key_app
 from corral.config import Settings, ensure_api_keys, load_settings
@@ -30,7 +31,8 @@ def _settings(**overrides: Any) -> Settings:
     try:
         return load_settings(overrides)
     except ValueError as exc:
-        console.print(f"[red]configuration error:[/] {exc}")
+        # escaped: messages name settings like `[web_search] url`, which rich reads as markup
+        console.print(f"[red]configuration error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
 
 

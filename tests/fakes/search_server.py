@@ -111,7 +111,7 @@ class FakeSearchServer:
             return json.dumps({"type": "search", "web": {"results": items}}).encode()
         if handler.command == "POST":  # Tavily
             items = [
-                {"title": h.title, "url": h.url, "content": h.snippet, "score": 0.5}
+                {"title": h.title, "url": h.url, "content": h.snippet, "score": "0.5"}
                 for h in self.results
             ]
             return json.dumps({"results": items}).encode()

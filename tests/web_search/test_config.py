@@ -28,7 +28,7 @@ def test_searxng_from_toml(tmp_path: Path) -> None:
 
 
 def test_no_section_means_no_provider(tmp_path: Path) -> None:
-    assert load(tmp_path, '[server]\nport = 9000\n').web_search is None
+    assert load(tmp_path, "[server]\nport = 9000\n").web_search is None
 
 
 def test_hosted_provider_reads_its_key_from_the_named_variable(tmp_path: Path) -> None:
@@ -86,7 +86,8 @@ def test_environment_alone_configures_a_provider(tmp_path: Path) -> None:
         "CORRAL_WEB_SEARCH_URL": "http://127.0.0.1:9/",
     }
     config = load(tmp_path, "", env).web_search
-    assert (config.provider, config.url, config.api_key) == ("tavily", "http://127.0.0.1:9", "tvly-x")
+    assert config.provider == "tavily" and config.url == "http://127.0.0.1:9"
+    assert config.api_key == "tvly-x"
 
 
 def test_bad_environment_value_is_named(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ from corral.tools.resolve import enabled_builtins, resolve_tools
 from corral.wire.agents import AgentToolset
 
 
-def resolved(configs: list[dict[str, Any]], providers: tuple[str, ...]) -> dict[str, Any]:
+def resolved(
+    configs: list[dict[str, Any]], providers: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
     toolset = AgentToolset.model_validate({"type": "agent_toolset_20260401", "configs": configs})
     return enabled_builtins(resolve_tools([toolset], [], providers))
 

@@ -11,7 +11,7 @@ from corral.brain import events as ev
 from corral.brain.run import Run
 from corral.brain.state import ToolCall
 from corral.tools.resolve import enabled_builtins
-from corral.tools.web_search import SearchOutput
+from corral.tools.web_search import SearchOutput, query_problem
 
 TOOL = "web_search"
 NO_PROVIDER = (
@@ -29,15 +29,9 @@ async def run_web_search(run: Run, call: ToolCall, running: list[dict[str, Any]]
         await _refuse(run, call, running, NO_PROVIDER)
         return
     config = enabled_builtins(run.agent.get("tools") or []).get(TOOL) or {}
-    limit = searcher.max_uses(config)
-    if limit is not None and run.state.turn_starts.get(TOOL, 0) >= limit:
-        await _refuse(
-            run,
-            call,
-            running,
-            f"max_uses exceeded: this agent may search at most {limit} time(s) per turn. "
-            "Answer with what you have found.",
-        )
+    refusal = _refusal(run, searcher.max_uses(config), call)
+    if refusal is not None:
+        await _refuse(run, call, running, refusal)
         return
     await run.append(*running, ev.tool_started(call.event_id, server_tool=TOOL))
 
@@ -48,6 +42,16 @@ async def run_web_search(run: Run, call: ToolCall, running: list[dict[str, Any]]
     if output is None:
         output = SearchOutput(content=ev.text_content(INTERRUPTED), is_error=True)
     await run.append(ev.tool_result(call.event_id, output.content, is_error=output.is_error))
+
+
+def _refusal(run: Run, limit: int | None, call: ToolCall) -> str | None:
+    """Why this call is answered without searching (so it does not count), or None."""
+    if limit is not None and run.state.turn_starts.get(TOOL, 0) >= limit:
+        return (
+            f"max_uses exceeded: this agent may search at most {limit} time(s) per turn. "
+            "Answer with what you have found."
+        )
+    return query_problem(call.input)
 
 
 async def _refuse(run: Run, call: ToolCall, running: list[dict[str, Any]], text: str) -> None:

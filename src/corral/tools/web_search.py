@@ -97,6 +97,16 @@ class DomainFilter:
         return not any(_matches(host, path, e) for e in self.blocked)
 
 
+def query_problem(tool_input: Mapping[str, Any]) -> str | None:
+    """Why a call's input cannot be searched (for the model), or None."""
+    query = tool_input.get("query")
+    if not isinstance(query, str) or not query.strip():
+        return "web_search needs a non-empty string `query`."
+    if len(query) > MAX_QUERY_CHARS:
+        return f"The query is longer than {MAX_QUERY_CHARS} characters; shorten it."
+    return None
+
+
 def _entry(value: str) -> tuple[str, str]:
     text = value.strip().lower()
     text = text.split("://", 1)[1] if "://" in text else text
@@ -143,11 +153,10 @@ class WebSearch:
 
     async def run(self, tool_input: Mapping[str, Any], config: Mapping[str, Any]) -> SearchOutput:
         """One `web_search` call: validate the query, search, filter, format."""
-        query = tool_input.get("query")
-        if not isinstance(query, str) or not query.strip():
-            return _error("web_search needs a non-empty string `query`.")
-        if len(query) > MAX_QUERY_CHARS:
-            return _error(f"The query is longer than {MAX_QUERY_CHARS} characters; shorten it.")
+        problem = query_problem(tool_input)
+        if problem is not None:
+            return _error(problem)
+        query = str(tool_input["query"])
         domains = DomainFilter.from_config(config)
         try:
             with anyio.fail_after(self.config.timeout_seconds):
