@@ -31,17 +31,23 @@ DatabaseUrl = Annotated[
 
 @asynccontextmanager
 async def _work_service(settings: Settings) -> AsyncIterator[Any]:
-    from corral.runtime import open_store
+    # The stores directly, not `runtime.open_store`: the runtime imports every adapter.
     from corral.service.work import WorkService
-    from corral.store.sqlite import SqliteStore
     from corral.store.work import work_items_for
 
-    store = open_store(settings)
-    if isinstance(store, SqliteStore):
+    url = settings.database_url or ""
+    store: Any
+    if url.startswith(("postgres://", "postgresql://")):
+        from corral.store.postgres import PostgresStore
+
+        store = PostgresStore(url, pool_size=1)
+        await store.open()
+    else:
+        from corral.store.sqlite import SqliteStore
+
+        store = SqliteStore(Path(url.removeprefix("sqlite:///")) if url else settings.sqlite_path)
         # Migrate only: `SqliteStore.open` would expire a running server's brain leases.
         await anyio.to_thread.run_sync(store.db.open)
-    else:
-        await store.open()
     try:
         yield WorkService(store, work_items_for(store), ttl_seconds=settings.work_ttl_seconds)
     finally:

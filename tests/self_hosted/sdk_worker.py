@@ -1,6 +1,6 @@
 """The SDK's own `EnvironmentWorker`, unchanged, as a separate process (tests SIGKILL it).
 
-    python -m tests.self_hosted.sdk_worker URL ENVIRONMENT_ID WORKDIR   (key: CORRAL_ENVIRONMENT_KEY)
+CORRAL_ENVIRONMENT_KEY=… python -m tests.self_hosted.sdk_worker URL ENV_ID WORKDIR
 """
 
 from __future__ import annotations

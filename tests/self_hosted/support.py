@@ -32,7 +32,7 @@ def cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=240,  # a loaded shared machine can take a minute to import
         check=False,
     )
 

@@ -1,12 +1,11 @@
 """The SDK's own `EnvironmentWorker`, unchanged, serving self-hosted sessions on a real server.
 
-Work leases are 3 s here (`CORRAL_WORK_TTL_SECONDS`) so lost workers are noticed quickly.
+Work leases are 3 s here (conftest) so lost workers are noticed quickly.
 """
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
@@ -23,24 +22,9 @@ from tests.self_hosted.support import (
     text_of,
     wait_until,
 )
-from tests.server import ServerProcess, backend_env
+from tests.server import ServerProcess
 
 LOST = "interrupted: the outcome is unknown"
-
-
-@pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModelServer, backend: str
-) -> Iterator[ServerProcess]:
-    """A server with short work leases."""
-    with backend_env(backend) as env:
-        proc = ServerProcess(
-            tmp_path_factory.mktemp("corral"),
-            model_url=fake_model.url,
-            env={**env, "CORRAL_WORK_TTL_SECONDS": "3"},
-        ).start()
-        yield proc
-        proc.stop()
 
 
 def _agent(client: anthropic.Anthropic) -> str:
@@ -83,9 +67,11 @@ def test_sdk_worker_serves_bash_write_with_confirmation_and_read(
         idle = wait_until(
             client,
             session.id,
-            lambda e: e.type == "session.status_idle"
-            and e.stop_reason.type == "requires_action"
-            and write.id in e.stop_reason.event_ids,
+            lambda e: (
+                e.type == "session.status_idle"
+                and e.stop_reason.type == "requires_action"
+                and write.id in e.stop_reason.event_ids
+            ),
             what="requires_action naming the write",
         )
         assert idle is not None
