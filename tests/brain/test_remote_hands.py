@@ -11,13 +11,15 @@ REMOTE = ev.event("corral.hands_remote")
 
 
 def lost() -> Body:
-    return ev.event("corral.worker_lost", work_id="work_1")
+    body: Body = ev.event("corral.worker_lost", work_id="work_1")
+    return body
 
 
 def user_result(call_id: str) -> Body:
-    return ev.event(
+    body: Body = ev.event(
         "user.tool_result", tool_use_id=call_id, content=ev.text_content("x"), is_error=True
     )
+    return body
 
 
 def turn(*calls: Body) -> list[Body]:
