@@ -54,6 +54,10 @@ FORBIDDEN = {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files", "tools",
     },
+    "pricing.py": {
+        "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
+        "demo", "files", "tools", "config", "vault", "wire",
+    },
     "web_search_config.py": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files", "tools", "config", "outbound", "netpolicy",

@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
+from corral.pricing import Price, parse_price
+
 Provider = Literal["anthropic", "openai", "scripted"]
 _PROVIDERS: tuple[str, ...] = get_args(Provider)
-_ROUTE_KEYS = ("match", "provider", "base_url", "api_key_env", "model")
+_ROUTE_KEYS = ("match", "provider", "base_url", "api_key_env", "model", "price")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -30,6 +32,8 @@ class ModelRoute:
     """The NAME of the environment variable holding the key; never the key itself."""
     model: str | None = None
     """A model name sent upstream instead of the agent's (e.g. `llama3.1:8b`)."""
+    price: Price | None = None
+    """List price of the models it serves (None: `pricing.DEFAULT_PRICES`, if any)."""
 
     def __post_init__(self) -> None:
         if self.provider == "openai" and not self.base_url:
@@ -63,7 +67,7 @@ def _parse_route(number: int, entry: Any) -> ModelRoute:
     unknown = sorted(set(entry) - set(_ROUTE_KEYS))
     if unknown:
         raise ValueError(f"{where}: unknown keys {unknown}; allowed: {list(_ROUTE_KEYS)}")
-    fields = {key: _optional_str(where, key, entry.get(key)) for key in _ROUTE_KEYS}
+    fields = {key: _optional_str(where, key, entry.get(key)) for key in _ROUTE_KEYS[:-1]}
     if not fields["match"]:
         raise ValueError(f"{where}: 'match' is required (an fnmatch pattern such as 'claude-*')")
     provider = fields["provider"]
@@ -87,6 +91,7 @@ def _parse_route(number: int, entry: Any) -> ModelRoute:
         base_url=base_url,
         api_key_env=key_env,
         model=fields["model"],
+        price=parse_price(where, entry["price"]) if "price" in entry else None,
     )
 
 

@@ -35,10 +35,10 @@ from corral.outbound import server_policy
 from corral.service.agents import AgentService
 from corral.service.egress_credentials import EgressCredentials
 from corral.service.environments import EnvironmentService
+from corral.service.events import EventService
 from corral.service.memory_mounts import MemoryMounts
 from corral.service.memory_resources import MemoryResources
 from corral.service.memory_stores import MemoryStoreService
-from corral.service.events import EventService
 from corral.service.repositories import RepositoryResources, RepositoryTokens
 from corral.service.resources import SessionResources
 from corral.service.sessions import SessionService
@@ -145,6 +145,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         purge=purge,
         work=work_items,
         work_ttl_seconds=settings.work_ttl_seconds,
+        prices=models.price_for,
     )
     checkouts = RepositoryCheckouts(
         repo_tokens.current, AddressPolicy.from_entries(settings.egress_allow_private)
@@ -201,6 +202,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         web_search=web_search,
         mcp=McpToolsets(mcp_client),
         work=work_items,
+        prices=models,
         settings=BrainSettings(
             lease_seconds=settings.lease_seconds,
             eager_sandboxes=settings.eager_sandboxes,
@@ -326,8 +328,8 @@ def recipe_factory(
             networking=_networking(config),
             mounts=tuple(mounts),
             env={**placeholders, **extra_env},
-            repositories=_repositories(row.body),
             interception=interception,
+            repositories=_repositories(row.body),
             limits=Limits(disk_bytes=settings.sandbox_disk_bytes),
         )
 

@@ -9,6 +9,7 @@ import anyio
 
 from corral.brain import events as ev
 from corral.brain.context import build_request, with_memory_section
+from corral.brain.cost import usage_events
 from corral.brain.credentials import credential_errors
 from corral.brain.decide import (
     Action,
@@ -21,6 +22,7 @@ from corral.brain.decide import (
     RepairDangling,
     RequestAction,
     RunTool,
+    StopAtBudget,
 )
 from corral.brain.mcp import mcp_use_event, offer_for, run_mcp_tool
 from corral.brain.remote import answer_lost, request_action
@@ -54,6 +56,8 @@ async def act(run: Run, action: Action) -> None:
             await request_action(run, action)
         case AnswerLost():
             await answer_lost(run, action)
+        case StopAtBudget():
+            await run.append(ev.status_idle("budget_reached"))
         case HandleInterrupt() | FinishTurn():
             await run.append(ev.status_idle("end_turn"))
         case Halt():
@@ -162,11 +166,11 @@ async def call_model(run: Run, action: CallModel) -> None:
         assert run.deps.sandboxes is not None
         await run.deps.sandboxes.ensure(run.fence.session_id)
     model_name = str(agent["model"]["id"])
-    # a turn starts: say which credentials cannot reach their hosts
-    warnings = await credential_errors(run) if _going_running(run) else []
     offer = await offer_for(run, since)
     if offer is None:
         return  # interrupted while MCP servers were listed: decide closes the turn
+    # a turn starts: say which credentials cannot reach their hosts
+    warnings = await credential_errors(run) if _going_running(run) else []
     start = ev.event("span.model_request_start")
     await run.append(*_going_running(run), *warnings, *offer.errors, start)
     messages = run.messages()  # exactly the log up to `start`: what this call answers
@@ -253,7 +257,9 @@ async def _record_response(
             out.append(use)
             if refusal is not None:
                 refusals.append(refusal)
-    out.append(ev.span_end(start_id, response.usage))
+    end = ev.span_end(start_id, response.usage)
+    out.append(end)
+    out.extend(usage_events(run.state, run.price(), end["model_usage"]))
     if response.stop_reason == "refusal":
         out.append(ev.status_idle("refusal"))
     await run.append(*out, *refusals)

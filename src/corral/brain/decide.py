@@ -65,6 +65,12 @@ class CallModel:
 
 
 @dataclass(frozen=True, slots=True)
+class StopAtBudget:
+    """The next model request would take the list cost past the budget: go idle with
+    `budget_reached` instead (raising the budget and sending a message continues)."""
+
+
+@dataclass(frozen=True, slots=True)
 class FinishTurn:
     """The model is done: go idle with `end_turn`."""
 
@@ -78,6 +84,7 @@ Action = (
     | RunTool
     | RequestAction
     | CallModel
+    | StopAtBudget
     | FinishTurn
 )
 
@@ -104,7 +111,7 @@ def decide(state: SessionState) -> Action:
     if awaiting:
         return Halt() if state.waiting_on == awaiting else RequestAction(awaiting)
     if state.last_input_seq > state.last_answer_seq:
-        return CallModel(state.model_retries)
+        return StopAtBudget() if state.over_budget else CallModel(state.model_retries)
     if state.status in ("running", "rescheduling"):
         return FinishTurn()
     return Halt()

@@ -21,6 +21,7 @@ from corral.brain.memo import Folded, Memo
 from corral.brain.sandboxes import SandboxPool
 from corral.brain.state import SessionState, apply
 from corral.models.base import ModelClient
+from corral.pricing import Price
 from corral.session.log import EventQuery, Fence, NewEvents, StoredEvent, Subscription
 from corral.store.base import SessionRow, Store
 from corral.store.work_base import WorkItems
@@ -55,6 +56,14 @@ class BrainSettings:
     """Lease of the work items queued for self-hosted sessions."""
     eager_sandboxes: bool = False
     """Provision the sandbox before the first model call (only to measure the coupled design)."""
+
+
+class PriceList(Protocol):
+    """List prices of models (`ModelRouter.price_for`)."""
+
+    def price_for(self, model: str) -> Price | None:
+        """The price of `model`, or None when it has none (its cost is not tracked)."""
+        ...
 
 
 class SkillCatalog(Protocol):
@@ -102,14 +111,16 @@ class BrainDeps:
     sandboxes: SandboxPool | None
     settings: BrainSettings
     skills: SkillCatalog | None = None
-    mcp: McpToolsets | None = None
-    """MCP tool discovery and calls (None: agents' MCP servers get error results)."""
     credential_check: CredentialCheck | None = None
     """Run when a turn starts (None: credentials are not checked)."""
+    mcp: McpToolsets | None = None
+    """MCP tool discovery and calls (None: agents' MCP servers get error results)."""
     web_search: WebSearch | None = None
     """The operator's search provider (None: `web_search` calls get an error result)."""
     work: WorkItems | None = None
     """The self-hosted work queue (None: no session can have remote hands)."""
+    prices: PriceList | None = None
+    """List prices (None: no cost is tracked, so budgets only ever see zero)."""
     memo: Memo = field(default_factory=Memo)
     stats: BrainStats = field(default_factory=BrainStats)
 
@@ -133,6 +144,11 @@ class Run:
     def agent(self) -> dict[str, Any]:
         """The agent snapshot pinned at session creation (plus session updates)."""
         return dict(self.session.body["agent"])
+
+    def price(self) -> Price | None:
+        """The list price of this session's model, if it has one."""
+        prices = self.deps.prices
+        return None if prices is None else prices.price_for(str(self.agent["model"]["id"]))
 
     def folded(self) -> Folded:
         """What this run has folded so far (for the memo)."""

@@ -12,20 +12,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from corral.pricing import NANOS_PER_CENT
 from corral.wire.events import (
     AgentCustomToolUseEvent,
     AgentMcpToolResultEvent,
     AgentMcpToolUseEvent,
     AgentToolResultEvent,
     AgentToolUseEvent,
+    BudgetSetEvent,
     HandsRemoteEvent,
     LogEvent,
     LogFormatEvent,
+    ModelCostEvent,
     SessionErrorEvent,
     SessionStatusIdleEvent,
     SessionStatusRescheduledEvent,
     SessionStatusRunningEvent,
     SessionStatusTerminatedEvent,
+    SessionUpdatedEvent,
     SpanModelRequestEndEvent,
     SpanModelRequestStartEvent,
     SystemMessageEvent,
@@ -125,6 +129,24 @@ class SessionState:
     """Seq of the last `corral.worker_lost`: remote calls logged before it lost their worker."""
     turn_starts: dict[str, int] = field(default_factory=dict)
     """Tool name -> calls started in the current turn (per-turn limits such as max_uses)."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """Token counts summed over every model request (the `span.model_request_end`s)."""
+    cost_nanos: int = 0
+    """List cost so far in nano-dollars (`corral.model_cost`; 0 when the model is unpriced)."""
+    next_floor_nanos: int = 0
+    """The least the next model request can cost (from the last request's size)."""
+    budget: dict[str, Any] | None = None
+    """The session's budget as the wire shows it (`corral.budget`, `session.updated`)."""
+    budget_nanos: int | None = None
+    """Its `max_list_cost` in nano-dollars; None: no budget."""
+
+    @property
+    def over_budget(self) -> bool:
+        """The list cost reached the budget, or the next model request would pass it."""
+        if self.budget_nanos is None:
+            return False
+        spent = self.cost_nanos
+        return spent >= self.budget_nanos or spent + self.next_floor_nanos > self.budget_nanos
 
     def lost(self, call: ToolCall) -> bool:
         """A remote call its worker may have been running when its lease expired: it gets an
@@ -160,7 +182,7 @@ def fold(events: Iterable[tuple[int, Mapping[str, Any] | LogEvent]]) -> SessionS
 def apply(state: SessionState, seq: int, event: LogEvent) -> SessionState:
     """Fold one event (the next in the log, at `seq`) into `state`, in place; returns it."""
     state.last_seq = seq
-    if not _apply_call_event(state, seq, event):
+    if not _apply_call_event(state, seq, event) and not _apply_cost_event(state, event):
         _apply_turn_event(state, seq, event)
     return state
 
@@ -198,6 +220,21 @@ def _apply_call_event(state: SessionState, seq: int, event: LogEvent) -> bool:
     return True
 
 
+def _apply_cost_event(state: SessionState, event: LogEvent) -> bool:
+    """List cost and budget; False for any other event."""
+    match event:
+        case ModelCostEvent():
+            state.cost_nanos += event.nanos
+            state.next_floor_nanos = event.floor_nanos
+        case BudgetSetEvent():
+            _set_budget(state, event.budget)
+        case SessionUpdatedEvent() if "budget" in event.model_fields_set:
+            _set_budget(state, event.budget)
+        case _:
+            return False
+    return True
+
+
 def _apply_turn_event(state: SessionState, seq: int, event: LogEvent) -> None:
     match event:
         case UserMessageEvent() | SystemMessageEvent():
@@ -222,6 +259,8 @@ def _apply_turn_event(state: SessionState, seq: int, event: LogEvent) -> None:
             if event.stop_reason.type == "requires_action":
                 state.waiting_on = tuple(event.stop_reason.event_ids or ())
             else:
+                if event.stop_reason.type == "budget_reached":  # its input is not answered
+                    state.last_answer_seq = max(state.last_answer_seq, seq)
                 _close_turn(state, seq)
         case SessionStatusTerminatedEvent():
             _set_status(state, "terminated")
@@ -270,8 +309,17 @@ def _resolve(state: SessionState, seq: int, use_id: str) -> None:
         state.last_input_seq = seq
 
 
+def _set_budget(state: SessionState, budget: dict[str, Any] | None) -> None:
+    state.budget = budget
+    amount = ((budget or {}).get("max_list_cost") or {}).get("amount")
+    # validated when it was set (pricing.parse_budget): whole cents
+    state.budget_nanos = None if amount is None else int(amount) * NANOS_PER_CENT
+
+
 def _end_request(state: SessionState, seq: int, event: SpanModelRequestEndEvent) -> None:
     state.model_requests += 1
+    for key, count in event.model_usage.items():
+        state.usage[key] = state.usage.get(key, 0) + int(count)
     started = state.request_starts.pop(event.model_request_start_id, seq)
     if not event.is_error:
         # Input logged while the model was streaming was not in its request: only what

@@ -13,6 +13,7 @@ from corral.model_routes import DEFAULT_ROUTES, ModelRoute, Provider, parse_rout
 from corral.models.anthropic import AnthropicClient
 from corral.models.base import ModelClient
 from corral.models.openai_compat import OpenAICompatClient
+from corral.pricing import Price, default_price
 
 __all__ = [
     "DEFAULT_ROUTES",
@@ -57,6 +58,15 @@ class ModelRouter:
             UnknownModel: no route matches.
         """
         return self._routes[self._index_for(model)]
+
+    def price_for(self, model: str) -> Price | None:
+        """The list price of `model`: its route's `price`, else the built-in one, else None
+        (a model nobody priced: its cost is not tracked and sessions on it take no budget)."""
+        try:
+            route = self.route_for(model)
+        except UnknownModel:
+            return None
+        return route.price or default_price(model)
 
     def client_for(self, model: str) -> ModelClient:
         """The client serving `model`, built on first use and cached per route.

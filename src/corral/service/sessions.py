@@ -8,9 +8,11 @@ from typing import Any
 
 from corral.errors import BadRequest, NotFound
 from corral.ids import new_id, now_rfc3339, parse_rfc3339, utc_now
+from corral.pricing import Price, money, parse_budget
 from corral.service.agents import AgentService, model_config
 from corral.service.common import apply_metadata_patch, page_envelope
 from corral.service.resources import SessionResources
+from corral.session.projection import LIST_COST_NANOS
 from corral.store.base import Page, SessionFilter, SessionRow, Store
 from corral.store.work_base import WorkItems
 from corral.tools.resolve import resolve_tools
@@ -60,6 +62,7 @@ class SessionService:
         purge: Callable[[str], Awaitable[object]] | None = None,
         work: WorkItems | None = None,
         work_ttl_seconds: int = 90,
+        prices: Callable[[str], Price | None] | None = None,
     ) -> None:
         self.store = store
         self.agents = agents
@@ -67,6 +70,7 @@ class SessionService:
         self._purge = purge
         self._work = work
         self._work_ttl = work_ttl_seconds
+        self._prices = prices
 
     async def create(self, req: SessionCreate) -> dict[str, Any]:
         """A new idle session; `initial_events` are appended and wake the brain."""
@@ -83,9 +87,8 @@ class SessionService:
         if remote and self._work is None:
             raise BadRequest("environment_id: this server has no work queue for self_hosted")
         vault_ids = await self._check_vaults(req.vault_ids or [])
-        if req.budget is not None:
-            raise BadRequest("budget: budgets are not supported by this server")
         snapshot = await self._snapshot(req.agent)
+        budget = None if req.budget is None else self._checked_budget(snapshot, req.budget)
         now = now_rfc3339()
         tokens: dict[str, str] = {}  # repository tokens, stored sealed once the session exists
         body: dict[str, Any] = {
@@ -95,7 +98,7 @@ class SessionService:
             "title": req.title,
             "metadata": dict(req.metadata or {}),
             "outcome_evaluations": [],
-            "budget": None,
+            "budget": budget,
             "deployment_id": None,
         }
         row = SessionRow(
@@ -113,11 +116,52 @@ class SessionService:
                 raise BadRequest("initial_events: user.define_outcome is not supported yet")
         if remote:  # its built-in tools run on a worker (brain/remote.py), which it needs now
             initial.insert(0, client_event({"type": "corral.hands_remote"}))
+        if budget is not None:  # the brain reads its budget from the log (brain/state.py)
+            initial.insert(0, client_event({"type": "corral.budget", "budget": budget}))
         await self.store.create_session(row, initial)
         await self.resources.save_tokens(row.id, tokens)
         if remote and self._work is not None:
             await self._work.ensure_work(row.environment_id, row.id, self._work_ttl)
         return await self.get(row.id)
+
+    def _checked_budget(self, agent: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
+        """A budget as stored, for a session running `agent`; 400s say why not."""
+        try:
+            budget, _ = parse_budget(value)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        model = str(agent["model"]["id"])
+        if self._prices is None or self._prices(model) is None:
+            raise BadRequest(
+                f"budget: model {model!r} has no list price, so a budget cannot measure it; "
+                "set `price` on its route in corral.toml",
+                error_code="model_not_budgetable",
+            )
+        return budget
+
+    def _new_budget(self, row: SessionRow, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The budget after an update that sent `budget`; 400s for the SDK's refusals."""
+        if row.summary.status == "terminated":
+            raise BadRequest("budget: the session is terminated")
+        current = row.body.get("budget")
+        if value is None:
+            return None
+        if current is None:
+            raise BadRequest(
+                "budget: a budget can only be set when the session is created (and a removed "
+                "one cannot be re-added)",
+                error_code="budget_create_only",
+            )
+        budget = self._checked_budget(row.body["agent"], value)
+        _, ceiling = parse_budget(budget)
+        spent = int(row.summary.usage.get(LIST_COST_NANOS, 0))
+        if budget != current and ceiling <= spent:
+            raise BadRequest(
+                f"budget.max_list_cost: must be above the list cost already consumed "
+                f"({money(spent)['amount']} cents)",
+                error_code="budget_not_raised",
+            )
+        return budget
 
     async def _check_vaults(self, vault_ids: list[str]) -> list[str]:
         """The session's vaults, fixed at creation; each must exist and not be archived."""
@@ -167,8 +211,8 @@ class SessionService:
         changed: dict[str, Any] = {}
         if "vault_ids" in sent:
             raise BadRequest("vault_ids: cannot be changed after creation")
-        if "budget" in sent:
-            raise BadRequest("budget: budgets are not supported by this server")
+        if "budget" in sent and (budget := self._new_budget(row, req.budget)) != body["budget"]:
+            body["budget"] = changed["budget"] = budget
         if "title" in sent:
             body["title"] = changed["title"] = req.title
         if "metadata" in sent:
@@ -314,6 +358,9 @@ def render_session(row: SessionRow) -> dict[str, Any]:
     created: datetime = parse_rfc3339(row.created_at)
     usage = dict(row.summary.usage)
     usage["active_seconds"] = active
+    cost = usage.pop(LIST_COST_NANOS, None)
+    if cost is not None:
+        usage["list_cost"] = money(int(cost))
     return {
         "id": row.id,
         "type": "session",

@@ -45,11 +45,15 @@ _STATUS_BY_EVENT = {
     "session.status_terminated": "terminated",
 }
 
-_SUMMARY_EVENT_TYPES = frozenset({*_STATUS_BY_EVENT, "span.model_request_end"})
+_SUMMARY_EVENT_TYPES = frozenset({*_STATUS_BY_EVENT, "span.model_request_end", "corral.model_cost"})
 """The only events `project` changes a summary for."""
 
 _SERVER_TOOL_COUNTERS = {"web_search": "web_search_requests"}
 """`corral.tool_started` markers with `server_tool` set count in `usage.server_tool_use`."""
+
+LIST_COST_NANOS = "list_cost_nanos"
+"""Key in a summary's usage of the exact list cost in nano-dollars (`corral.model_cost`
+summed); the wire shows it as `list_cost` in cents (`service.sessions.render_session`)."""
 
 _USAGE_KEYS = {
     "input_tokens": "input_tokens",
@@ -65,6 +69,10 @@ def project(summary: SessionSummary, event: dict[str, Any]) -> SessionSummary:
         _apply_status(summary, _STATUS_BY_EVENT[str(kind)], str(event.get("processed_at")))
     elif kind == "span.model_request_end":
         _add_usage(summary.usage, event.get("model_usage") or {})
+    elif kind == "corral.model_cost":
+        summary.usage[LIST_COST_NANOS] = int(summary.usage.get(LIST_COST_NANOS, 0)) + int(
+            event.get("nanos", 0)
+        )
     elif (counter := _server_tool_counter(event)) is not None:
         tools = summary.usage.setdefault("server_tool_use", {})
         tools[counter] = int(tools.get(counter, 0)) + 1

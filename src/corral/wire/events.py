@@ -319,7 +319,7 @@ class SessionStatusRunningEvent(Logged):
     type: Literal["session.status_running"]
 
 
-StopType = Literal["end_turn", "requires_action", "retries_exhausted", "refusal"]
+StopType = Literal["end_turn", "requires_action", "retries_exhausted", "refusal", "budget_reached"]
 
 
 class StopReason(BaseModel):
@@ -376,9 +376,20 @@ class SessionErrorEvent(Logged):
 
 
 class SessionUpdatedEvent(Logged):
-    """`session.updated`: title, metadata or agent changed."""
+    """`session.updated`: title, metadata, agent or budget changed (`budget` is in
+    `model_fields_set` only when the update changed it; None then means removed)."""
 
     type: Literal["session.updated"]
+    budget: dict[str, Any] | None = None
+
+
+class SessionUsageEvent(Logged):
+    """`session.usage`: the session's cumulative usage (with `list_cost`) after a model
+    request, and its budget at that moment."""
+
+    type: Literal["session.usage"]
+    usage: dict[str, Any] = Field(default_factory=dict)
+    budget: dict[str, Any] | None = None
 
 
 class SpanModelRequestStartEvent(Logged):
@@ -419,6 +430,24 @@ class HandsRemoteEvent(Logged):
     type: Literal["corral.hands_remote"]
 
 
+class ModelCostEvent(Logged):
+    """`corral.model_cost` (internal): what the model request closed just before it cost at
+    list price, in nano-dollars (exact, unlike the cents the wire shows), and the least the
+    next request can cost (`floor_nanos`), which the budget check looks ahead by."""
+
+    type: Literal["corral.model_cost"]
+    nanos: int
+    floor_nanos: int = 0
+
+
+class BudgetSetEvent(Logged):
+    """`corral.budget` (internal): the budget the session was created with (changes later
+    are public `session.updated` events)."""
+
+    type: Literal["corral.budget"]
+    budget: dict[str, Any]
+
+
 class WorkerLostEvent(Logged):
     """`corral.worker_lost` (internal): the lease of work item `work_id` expired, so a call
     its worker may have been running will never be answered by it."""
@@ -453,7 +482,10 @@ LogEvent = Annotated[
     | ToolStartedEvent
     | LogFormatEvent
     | HandsRemoteEvent
-    | WorkerLostEvent,
+    | WorkerLostEvent
+    | SessionUsageEvent
+    | ModelCostEvent
+    | BudgetSetEvent,
     Field(discriminator="type"),
 ]
 """Every event a session log can hold, discriminated on `type`."""
@@ -485,11 +517,21 @@ LogEventType = Literal[
     "corral.log_format",
     "corral.hands_remote",
     "corral.worker_lost",
+    "session.usage",
+    "corral.model_cost",
+    "corral.budget",
 ]
 """The `type` tags of `LogEvent`, for code that builds event bodies."""
 
 INTERNAL_EVENT_TYPES = frozenset(
-    {"corral.tool_started", "corral.log_format", "corral.hands_remote", "corral.worker_lost"}
+    {
+        "corral.tool_started",
+        "corral.log_format",
+        "corral.hands_remote",
+        "corral.worker_lost",
+        "corral.model_cost",
+        "corral.budget",
+    }
 )
 """Brain bookkeeping kept in the log but never shown to clients (events.list, SSE): client
 programs written for the hosted API must not meet event types it does not have."""
