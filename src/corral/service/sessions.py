@@ -144,14 +144,14 @@ class SessionService:
         if row.summary.status == "terminated":
             raise BadRequest("budget: the session is terminated")
         current = row.body.get("budget")
-        if value is None:
-            return None
-        if current is None:
+        if current is None:  # none to remove, and none may be added
             raise BadRequest(
                 "budget: a budget can only be set when the session is created (and a removed "
                 "one cannot be re-added)",
                 error_code="budget_create_only",
             )
+        if value is None:
+            return None
         budget = self._checked_budget(row.body["agent"], value)
         _, ceiling = parse_budget(budget)
         spent = int(row.summary.usage.get(LIST_COST_NANOS, 0))
