@@ -31,6 +31,7 @@ def test_text_turn_ends_with_end_turn_and_counts_usage(
         "span.model_request_start",
         "agent.message",
         "span.model_request_end",
+        "session.usage",
         "session.status_idle",
     ]
     assert log[3].content[0].text == "Hello there"
@@ -248,10 +249,10 @@ def test_events_list_pages_both_ways(server: ServerProcess, fake_model: FakeMode
     say(client, session_id, "a")
     wait_idle(client, session_id, stop="end_turn")
     say(client, session_id, "b")
-    wait_idle(client, session_id, stop="end_turn", after=6)
+    wait_idle(client, session_id, stop="end_turn", after=7)
     forward = [e.id for e in client.beta.sessions.events.list(session_id, limit=2)]
     backward = [e.id for e in client.beta.sessions.events.list(session_id, limit=3, order="desc")]
-    assert forward == list(reversed(backward)) and len(forward) == 12
+    assert forward == list(reversed(backward)) and len(forward) == 14
     only = list(client.beta.sessions.events.list(session_id, types=["agent.message"]))
     assert [e.content[0].text for e in only] == ["one", "two"]
 

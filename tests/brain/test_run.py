@@ -194,11 +194,13 @@ async def test_a_turn_with_a_tool_marks_its_start_and_folds_incrementally(setup:
         "span.model_request_start",
         "agent.tool_use",
         "span.model_request_end",
+        "session.usage",
         "corral.tool_started",
         "agent.tool_result",
         "span.model_request_start",
         "agent.message",
         "span.model_request_end",
+        "session.usage",
         "session.status_idle",
     ]
     assert tools.calls == ["echo a"]
@@ -279,8 +281,8 @@ async def test_the_next_turn_applies_only_new_events(setup: Setup) -> None:
     await deps.store.append(sid, [msg("again")], wake=True)
     assert await drive_once(deps)
     after = deps.stats.snapshot()
-    new = len(await log_of(deps, sid)) - 7
-    assert after["events_applied"] - before["events_applied"] == new == 6
+    new = len(await log_of(deps, sid)) - 8  # the first turn, with its session.usage
+    assert after["events_applied"] - before["events_applied"] == new == 7
     assert after["cold_folds"] == before["cold_folds"] == 1
     assert len(model.requests[-1].messages) == 3
 
@@ -300,6 +302,7 @@ async def test_a_retryable_failure_is_retried_as_a_new_request(setup: Setup) -> 
         "span.model_request_start",
         "agent.message",
         "span.model_request_end",
+        "session.usage",
         "session.status_idle",
     ]
     assert len(model.requests) == 2
