@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -17,10 +18,27 @@ def _encode(value: int, length: int) -> str:
     return "".join(reversed(chars))
 
 
+_RANDOM_BITS = 80
+_last_lock = threading.Lock()
+_last = (0, 0)  # (millis, random part) of the latest id this process made
+
+
 def new_id(prefix: str) -> str:
-    """A ULID-like id: 48 bits of milliseconds then 80 random bits, so ids sort by creation."""
-    millis = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
+    """A ULID-like id: 48 bits of milliseconds then 80 random bits, so ids sort by creation.
+
+    Monotonic within a process (as ULID's monotonic mode): two ids made in the same
+    millisecond get the second one's random part as the first one's plus one, so lists
+    ordered by id keep creation order even for rows created in a burst.
+    """
+    global _last
+    with _last_lock:
+        millis = time.time_ns() // 1_000_000
+        last_millis, last_rand = _last
+        if millis <= last_millis and last_rand + 1 < (1 << _RANDOM_BITS):
+            millis, rand = last_millis, last_rand + 1
+        else:
+            rand = int.from_bytes(os.urandom(_RANDOM_BITS // 8), "big") >> 1
+        _last = (millis, rand)
     return f"{prefix}_{_encode(millis, 10)}{_encode(rand, 16)}"
 
 

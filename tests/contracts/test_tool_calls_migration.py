@@ -7,8 +7,10 @@ and reopened, so migration 4 rebuilds the projection from the log alone.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -104,11 +106,26 @@ async def folded(store: Store, session_id: str) -> Projection:
     return calls, state.interrupt_pending
 
 
+MIGRATIONS = Path(__file__).parents[2] / "src" / "corral" / "store" / "migrations"
+
+
+def tables_after_v4(dialect: str) -> list[str]:
+    """Tables that migrations after 4 create, so going back to v3 undoes them too."""
+    names: list[str] = []
+    for script in sorted((MIGRATIONS / dialect).glob("*.sql")):
+        if int(script.name[:4]) > 4:
+            text = script.read_text()
+            names += re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", text)
+    assert names, "expected later migrations to create tables"
+    return names
+
+
 def back_to_v3_sqlite(store: SqliteStore) -> Callable[[], None]:
     def run() -> None:
+        later = "".join(f"DROP TABLE {t};" for t in tables_after_v4("sqlite"))
         conn = sqlite3.connect(store.db.path)
         conn.executescript(
-            "DROP TABLE tool_calls; ALTER TABLE sessions DROP COLUMN interrupt_pending;"
+            f"{later} DROP TABLE tool_calls; ALTER TABLE sessions DROP COLUMN interrupt_pending;"
             "DELETE FROM schema_version WHERE version >= 4;"
         )
         conn.close()
@@ -119,6 +136,8 @@ def back_to_v3_sqlite(store: SqliteStore) -> Callable[[], None]:
 def back_to_v3_postgres(store: PostgresStore) -> Callable[[], None]:
     def run() -> None:
         with psycopg.connect(store.url, autocommit=True) as conn:
+            for table in tables_after_v4("postgres"):
+                conn.execute(f"DROP TABLE {table}")
             conn.execute("DROP TABLE tool_calls")
             conn.execute("ALTER TABLE sessions DROP COLUMN interrupt_pending")
             conn.execute("DELETE FROM schema_version WHERE version >= 4")

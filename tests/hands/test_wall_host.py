@@ -247,6 +247,13 @@ anyio.run(main, Path(sys.argv[1]))
 """
 
 
+# What `corral.hands.local` imports, all pure Python, so the system Python can run them.
+PURE_PYTHON_DEPENDENCIES = (
+    "corral", "anyio", "sniffio", "idna", "typing_extensions", "httpx", "httpcore", "h11",
+    "certifi",
+)  # fmt: skip
+
+
 def _copy_module(name: str, into: Path) -> None:
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None:
@@ -265,11 +272,11 @@ def _copy_module(name: str, into: Path) -> None:
 @as_root  # to become the ordinary user the server then is
 def test_a_server_run_by_an_ordinary_user_runs_sandboxes_as_that_user() -> None:
     # The checkout, its venv and pytest's tmp dirs may all sit where the user cannot go (a
-    # clone under `mktemp -d` is 0700): copy the two pure-Python packages the server needs
+    # clone under `mktemp -d` is 0700): copy the pure-Python packages the server needs
     # into the user's home and run them with the system Python.
     with tempfile.TemporaryDirectory(prefix="corral-user-server-", dir="/tmp") as home:
         lib = Path(home) / "lib"
-        for name in ("corral", "anyio", "sniffio", "idna", "typing_extensions"):
+        for name in PURE_PYTHON_DEPENDENCIES:
             _copy_module(name, lib)
         for entry in [Path(home), *Path(home).rglob("*")]:
             os.chown(entry, SERVER_UID, SERVER_UID)

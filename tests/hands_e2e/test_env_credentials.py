@@ -32,7 +32,8 @@ CANARY = "canary-" + secrets.token_hex(12)
 
 
 @pytest.fixture(scope="module")
-def tls_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsHost]:
+def tls_host(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[TlsHost]:
+    """One host per backend: the tests count the requests it saw."""
     host = start_tls_host(tmp_path_factory.mktemp("tls"))
     yield host
     host.stop()
@@ -55,7 +56,8 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def other_host() -> Iterator[int]:
+def other_host(backend: str) -> Iterator[int]:
+    _Recorder.seen.clear()  # per backend, as the tests count what it saw
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server.server_address[1]
