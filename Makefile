@@ -13,7 +13,10 @@ install:
 		(apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
 		 (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null))) || \
 		echo "warning: bubblewrap (Debian package 'bubblewrap') is missing; sandbox tools will fail"
-	$(UV) sync --frozen --quiet
+	$(UV) sync --frozen --quiet --compile-bytecode
+	@# our own sources too: with PYTHONDONTWRITEBYTECODE set (as on CI machines) every test
+	@# server would otherwise compile them again at start
+	@$(UV) run --frozen python -m compileall -q src tests >/dev/null
 
 demo: install
 	$(UV) run corral demo

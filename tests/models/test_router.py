@@ -133,7 +133,7 @@ async def test_anthropic_route_uses_env_key_and_base_url(fake: FakeModelServer) 
     finally:
         await router.aclose()
     assert final.content == [{"type": "text", "text": "via env"}]
-    assert fake.recorded[0].headers["authorization"].endswith("env-key")
+    assert fake.recorded[0].headers["x-api-key"] == "env-key"
 
 
 async def test_route_key_name_base_url_and_rename(fake: FakeModelServer) -> None:
@@ -162,7 +162,7 @@ async def test_route_key_name_base_url_and_rename(fake: FakeModelServer) -> None
         await router.aclose()
     anthropic_call, openai_call = fake.recorded
     assert anthropic_call.body["model"] == "claude-upstream-1"
-    assert anthropic_call.headers["authorization"].endswith("team-secret")
+    assert anthropic_call.headers["x-api-key"] == "team-secret"
     assert openai_call.path == "/v1/chat/completions"
     assert openai_call.body["model"] == "llama3.1:8b"
 

@@ -18,29 +18,22 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
 import httpx
-from mcp import ClientSession
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import McpError
-from mcp.types import (
-    AudioContent,
-    CallToolResult,
-    EmbeddedResource,
-    ImageContent,
-    ResourceLink,
-    TextContent,
-    TextResourceContents,
-)
 
 from corral.mcp.auth import AuthLog, AuthRejected, HttpCapture, RefreshOutcome, VaultAuth
 from corral.netpolicy import AddressPolicy
 from corral.outbound import OutboundRefused, guarded_client
 from corral.vault.secrets import ResolvedSecret, SecretMatch, SecretResolver
+
+# The `mcp` SDK is imported where a connection is made: importing it (it pulls in its server
+# side too) costs every server process CPU at start, and most agents have no MCP server.
+if TYPE_CHECKING:
+    from mcp import ClientSession
+    from mcp.types import CallToolResult
 
 T = TypeVar("T")
 FailureKind = Literal["connection", "authentication"]
@@ -157,6 +150,8 @@ class McpClient:
         found = await self.credential_for(vault_ids, server.url)
 
         async def call(session: ClientSession, progress: _Progress) -> CallOutcome:
+            from mcp.shared.exceptions import McpError
+
             progress.method = "tools/call"
             try:
                 result = await session.call_tool(
@@ -217,6 +212,8 @@ class McpClient:
         progress: _Progress,
         timeout: float,
     ) -> T:
+        from mcp import ClientSession
+
         read_timeout = timedelta(seconds=self.connect_timeout)
         with anyio.fail_after(self.connect_timeout) as scope:
             async with (
@@ -233,6 +230,9 @@ class McpClient:
     async def _transport(
         self, kind: str, url: str, vault_auth: VaultAuth
     ) -> AsyncIterator[tuple[Any, Any]]:
+        from mcp.client.sse import sse_client
+        from mcp.client.streamable_http import streamable_http_client
+
         if kind == "sse":
 
             def factory(
@@ -372,6 +372,15 @@ def convert_result(result: CallToolResult) -> CallOutcome:
 
 
 def _block(item: Any) -> dict[str, Any]:
+    from mcp.types import (
+        AudioContent,
+        EmbeddedResource,
+        ImageContent,
+        ResourceLink,
+        TextContent,
+        TextResourceContents,
+    )
+
     if isinstance(item, TextContent):
         return {"type": "text", "text": item.text}
     if isinstance(item, ImageContent) and item.mimeType in _IMAGE_TYPES:

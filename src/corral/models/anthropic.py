@@ -1,7 +1,8 @@
-"""The Anthropic Messages API provider, over the official `anthropic` SDK.
+"""The Anthropic Messages API provider: one streamed `POST /v1/messages` over httpx.
 
-Key and base URL are passed in explicitly: this module never reads the environment, and it
-never lets the SDK read it either.
+It speaks the wire protocol itself rather than through the `anthropic` SDK: the SDK's types
+cost every server process about a second of CPU to import, for the dozen fields read here.
+Key and base URL are passed in explicitly: this module never reads the environment.
 """
 
 from __future__ import annotations
@@ -10,17 +11,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anthropic
-import httpx2
-from anthropic.types import (
-    RawContentBlockDeltaEvent,
-    RawContentBlockStartEvent,
-    RawContentBlockStopEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    RawMessageStopEvent,
-    RawMessageStreamEvent,
-)
+import httpx
 
 from corral.models.base import (
     ModelError,
@@ -34,6 +25,7 @@ from corral.models.base import (
 from corral.models.http_errors import connection_error, error_for_status
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
 _USAGE_FIELDS = (
     "input_tokens",
     "output_tokens",
@@ -42,6 +34,7 @@ _USAGE_FIELDS = (
 )
 # The API refuses cache_control on these block types.
 _UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
+_MAX_ERROR_BODY = 64 * 1024
 
 
 class AnthropicClient:
@@ -53,7 +46,6 @@ class AnthropicClient:
         base_url: str | None = None,
         *,
         upstream_model: str | None = None,
-        max_retries: int = 0,
         timeout: float = 600.0,
         api_key_name: str = "ANTHROPIC_API_KEY",
         pool_size: int = 4,
@@ -61,73 +53,112 @@ class AnthropicClient:
         """Create the client; a missing `api_key` fails on first use, naming `api_key_name`.
 
         Args:
-            api_key: the API key (the SDK sends it on every request).
+            api_key: the API key, sent as `x-api-key` on every request.
             base_url: the API root (default https://api.anthropic.com).
             upstream_model: a model name sent instead of `request.model`.
-            max_retries: SDK-level retries; 0 because the brain retries with backoff.
             timeout: seconds allowed for the request and between two streamed chunks.
             api_key_name: where the key should come from, for the missing-key message.
-            pool_size: SDK clients to spread concurrent streams over; one httpx pool's
+            pool_size: connection pools to spread concurrent streams over; one httpx pool's
                 bookkeeping grows with its connection count, so a few smaller pools stream
                 200 concurrent responses markedly faster than one big one.
+
+        No retries here: the brain retries with backoff.
         """
         self._upstream_model = upstream_model
         self._api_key_name = api_key_name
-        self._sdks: list[anthropic.AsyncAnthropic] = []
+        self._url = (base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1/messages"
+        self._pools: list[httpx.AsyncClient] = []
         self._in_flight: list[int] = []
         if api_key:
-            self._sdks = [
-                anthropic.AsyncAnthropic(
-                    api_key=api_key,
-                    base_url=base_url or DEFAULT_BASE_URL,
-                    max_retries=max_retries,
-                    timeout=anthropic.Timeout(timeout, connect=min(timeout, 10.0)),
-                )
+            headers = {
+                "x-api-key": api_key,
+                "anthropic-version": API_VERSION,
+                "accept": "text/event-stream",
+            }
+            limits = httpx.Timeout(timeout, connect=min(timeout, 10.0))
+            self._pools = [
+                httpx.AsyncClient(headers=headers, timeout=limits, trust_env=False)
                 for _ in range(max(pool_size, 1))
             ]
-            self._in_flight = [0] * len(self._sdks)
+            self._in_flight = [0] * len(self._pools)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """Stream one response; see `ModelClient.stream`."""
         slot = self._least_busy()
-        sdk = self._sdks[slot]
-        params = build_params(request, self._upstream_model)
+        body = {**build_params(request, self._upstream_model), "stream": True}
         accumulator = _Accumulator()
         self._in_flight[slot] += 1
         try:
-            events = await sdk.messages.create(**params, stream=True)
-            async with events:
-                async for event in events:
+            async with self._pools[slot].stream("POST", self._url, json=body) as response:
+                if response.status_code >= 400:
+                    raise await _status_error(response)
+                async for event in _sse_events(response):
                     for preview in accumulator.feed(event):
                         yield preview
-        except anthropic.APIStatusError as exc:
-            status = exc.status_code if exc.status_code >= 400 else None
-            message = exc.api_message or exc.message
-            raise error_for_status("anthropic", status, exc.type, message) from exc
-        except anthropic.APIConnectionError as exc:
-            raise connection_error("anthropic", exc.message) from exc
-        except httpx2.TransportError as exc:
-            # A connection dropped mid-stream surfaces from the SDK as a bare transport error.
+        except httpx.TransportError as exc:
             raise connection_error("anthropic", repr(exc)) from exc
-        except anthropic.APIError as exc:
-            raise ModelError("request_failed", f"anthropic: {exc.message}", retryable=True) from exc
         finally:
             self._in_flight[slot] -= 1
         yield accumulator.response()
 
     async def aclose(self) -> None:
         """Release connections."""
-        for sdk in self._sdks:
-            await sdk.close()
+        for pool in self._pools:
+            await pool.aclose()
 
     def _least_busy(self) -> int:
-        if not self._sdks:
+        if not self._pools:
             raise ModelError(
                 "authentication",
                 f"no Anthropic API key: set {self._api_key_name} in the server's environment",
                 retryable=False,
             )
-        return min(range(len(self._sdks)), key=self._in_flight.__getitem__)
+        return min(range(len(self._pools)), key=self._in_flight.__getitem__)
+
+
+async def _status_error(response: httpx.Response) -> ModelError:
+    """The `ModelError` for a refused request, from its `{"type": "error", "error": ...}` body."""
+    raw = b""
+    async for chunk in response.aiter_bytes():
+        raw += chunk
+        if len(raw) > _MAX_ERROR_BODY:
+            break
+    error_type, message = None, raw[:500].decode(errors="replace") or response.reason_phrase
+    try:
+        error = json.loads(raw).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict):
+        error_type = error.get("type") if isinstance(error.get("type"), str) else None
+        message = str(error.get("message") or message)
+    return error_for_status("anthropic", response.status_code, error_type, message)
+
+
+async def _sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON payloads of a server-sent event stream (`data:` lines joined per event)."""
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+        elif not line and data:
+            yield _payload("\n".join(data))
+            data = []
+    if data:
+        yield _payload("\n".join(data))
+
+
+def _payload(text: str) -> dict[str, Any]:
+    try:
+        event = json.loads(text)
+    except ValueError as exc:
+        raise ModelError(
+            "request_failed", f"anthropic: stream event is not JSON: {exc}", retryable=True
+        ) from exc
+    if not isinstance(event, dict):
+        raise ModelError(
+            "request_failed", "anthropic: stream event is not an object", retryable=True
+        )
+    return event
 
 
 def build_params(request: ModelRequest, upstream_model: str | None = None) -> dict[str, Any]:
@@ -173,7 +204,7 @@ def _cache_last_block(message: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Accumulator:
-    """Folds raw stream events into previews and the final content blocks."""
+    """Folds raw stream events (as JSON objects) into previews and the final content blocks."""
 
     def __init__(self) -> None:
         self._blocks: dict[int, dict[str, Any]] = {}
@@ -182,21 +213,27 @@ class _Accumulator:
         self._stop_reason: str | None = None
         self._finished = False
 
-    def feed(self, event: RawMessageStreamEvent) -> list[ModelStreamEvent]:
-        if isinstance(event, RawContentBlockDeltaEvent):
-            return self._delta(event)
-        if isinstance(event, RawContentBlockStartEvent):
-            return self._start(event)
-        if isinstance(event, RawContentBlockStopEvent):
-            self._stop(event.index)
-        elif isinstance(event, RawMessageStartEvent):
-            self._add_usage(event.message.usage)
-        elif isinstance(event, RawMessageDeltaEvent):
-            self._stop_reason = event.delta.stop_reason
-            self._add_usage(event.usage)
-        elif isinstance(event, RawMessageStopEvent):
+    def feed(self, event: dict[str, Any]) -> list[ModelStreamEvent]:
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            return self._delta(event["index"], event["delta"])
+        if kind == "content_block_start":
+            return self._start(event["index"], event["content_block"])
+        if kind == "content_block_stop":
+            self._stop(event["index"])
+        elif kind == "message_start":
+            self._add_usage(event["message"].get("usage"))
+        elif kind == "message_delta":
+            self._stop_reason = event.get("delta", {}).get("stop_reason")
+            self._add_usage(event.get("usage"))
+        elif kind == "message_stop":
             self._finished = True
-        return []
+        elif kind == "error":
+            error = event.get("error") or {}
+            raise error_for_status(
+                "anthropic", None, error.get("type"), str(error.get("message", ""))
+            )
+        return []  # `ping` and event types added later are ignored, as the SDK does
 
     def response(self) -> ModelResponse:
         if not self._finished:
@@ -209,40 +246,41 @@ class _Accumulator:
             usage=ModelUsage(**self._usage),
         )
 
-    def _start(self, event: RawContentBlockStartEvent) -> list[ModelStreamEvent]:
-        index, block = event.index, event.content_block
-        if block.type == "text":
-            self._blocks[index] = {"type": "text", "text": block.text}
-            return [TextDelta(index=index, text=block.text)] if block.text else []
-        if block.type == "tool_use":
-            self._blocks[index] = {"type": "tool_use", "id": block.id, "name": block.name}
+    def _start(self, index: int, block: dict[str, Any]) -> list[ModelStreamEvent]:
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text", "")
+            self._blocks[index] = {"type": "text", "text": text}
+            return [TextDelta(index=index, text=text)] if text else []
+        if kind == "tool_use":
+            self._blocks[index] = {"type": "tool_use", "id": block["id"], "name": block["name"]}
             self._json[index] = ""
             return []
-        if block.type == "thinking":
+        if kind == "thinking":
             self._blocks[index] = {
                 "type": "thinking",
-                "thinking": block.thinking,
-                "signature": block.signature,
+                "thinking": block.get("thinking", ""),
+                "signature": block.get("signature", ""),
             }
             return [ThinkingStarted(index=index)]
-        self._blocks[index] = block.to_dict()
-        if "input" in self._blocks[index]:
+        self._blocks[index] = dict(block)
+        if "input" in block:
             self._json[index] = ""
-        return [ThinkingStarted(index=index)] if block.type == "redacted_thinking" else []
+        return [ThinkingStarted(index=index)] if kind == "redacted_thinking" else []
 
-    def _delta(self, event: RawContentBlockDeltaEvent) -> list[ModelStreamEvent]:
-        index, delta, block = event.index, event.delta, self._blocks[event.index]
-        if delta.type == "text_delta":
-            block["text"] += delta.text
-            return [TextDelta(index=index, text=delta.text)]
-        if delta.type == "input_json_delta":
-            self._json[index] += delta.partial_json
-        elif delta.type == "thinking_delta":
-            block["thinking"] += delta.thinking
-        elif delta.type == "signature_delta":
-            block["signature"] = delta.signature
-        elif delta.type == "citations_delta":
-            block.setdefault("citations", []).append(delta.citation.to_dict())
+    def _delta(self, index: int, delta: dict[str, Any]) -> list[ModelStreamEvent]:
+        block, kind = self._blocks[index], delta.get("type")
+        if kind == "text_delta":
+            block["text"] += delta["text"]
+            return [TextDelta(index=index, text=delta["text"])]
+        if kind == "input_json_delta":
+            self._json[index] += delta["partial_json"]
+        elif kind == "thinking_delta":
+            block["thinking"] += delta["thinking"]
+        elif kind == "signature_delta":
+            block["signature"] = delta["signature"]
+        elif kind == "citations_delta":
+            block.setdefault("citations", []).append(delta["citation"])
         return []
 
     def _stop(self, index: int) -> None:
@@ -257,7 +295,9 @@ class _Accumulator:
             ) from exc
 
     def _add_usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
         for name in _USAGE_FIELDS:
-            value = getattr(usage, name, None)
-            if value is not None:
+            value = usage.get(name)
+            if isinstance(value, int):
                 self._usage[name] = value

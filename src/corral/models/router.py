@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from corral.model_routes import DEFAULT_ROUTES, ModelRoute, Provider, parse_routes
 from corral.models.anthropic import AnthropicClient
 from corral.models.base import ModelClient
-from corral.models.openai_compat import OpenAICompatClient
 from corral.pricing import Price, default_price
 
 __all__ = [
@@ -100,6 +99,10 @@ class ModelRouter:
                 raise UnknownModel(f"model {model!r} routes to the scripted provider, not enabled")
             return self._scripted_factory()
         if route.provider == "openai":
+            # imported here: the openai SDK costs each server process CPU at import, and
+            # most deployments have no such route
+            from corral.models.openai_compat import OpenAICompatClient
+
             key = self._env.get(route.api_key_env) if route.api_key_env else None
             return OpenAICompatClient(
                 route.base_url or "",
