@@ -219,7 +219,9 @@ def test_concurrent_first_uses_of_an_environment_get_one_ca(tmp_path: Path) -> N
         environment = f"env_race{n}"
         barrier = threading.Barrier(8)
 
-        def first_use(environment: str = environment) -> bytes:
+        def first_use(
+            environment: str = environment, barrier: threading.Barrier = barrier
+        ) -> bytes:
             barrier.wait()
             return load_or_create_ca(tmp_path, keyring, environment).cert_pem
 
