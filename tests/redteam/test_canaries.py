@@ -52,12 +52,15 @@ from tests.hands.conftest import needs_bwrap
 from tests.redteam.attacks import PREFIX, SWEEP, Ports, attack
 from tests.server import ServerProcess, backend_env
 
-pytestmark = [pytest.mark.bwrap, needs_bwrap]
+# One test runs every session: its budget is the whole suite's, not one test's.
+pytestmark = [pytest.mark.bwrap, needs_bwrap, pytest.mark.timeout(1200)]
 
 SESSIONS = {"sqlite": 200, "postgres": 60}
 """Sessions per backend: the full 200 on SQLite; PostgreSQL runs every family and failure mode
 on fewer (same code paths above the store; the store is searched row by row)."""
 PARALLEL = 24
+TURN_SECONDS = 240
+"""A session's turn that has not ended by then fails the suite (its events are reported)."""
 TOOLSET = {"type": "agent_toolset_20260401"}
 ALLOW = {"type": "always_allow"}
 
@@ -167,6 +170,13 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _RecorderServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # TLS handshakes and resets from the CONNECT attacks are expected here
+
+
 @dataclass
 class Rig:
     """The server under attack and everything around it."""
@@ -187,8 +197,7 @@ def rig(
     tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModelServer, backend: str
 ) -> Iterator[Rig]:
     _Recorder.seen.clear()
-    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    other.daemon_threads = True
+    other = _RecorderServer(("127.0.0.1", 0), _Recorder)
     threading.Thread(target=other.serve_forever, daemon=True).start()
     tls = start_tls_host(tmp_path_factory.mktemp("tls"))
     mcp = McpTestServer().start()
@@ -327,6 +336,9 @@ def _run(client: anthropic.Anthropic, plan: Plan) -> None:
     """One turn; then what a user would do afterwards (validate, rotate)."""
     text = f"rt-{plan.i:03d} go"
     with client.beta.sessions.events.stream(plan.session_id) as stream:
+        # The stream carries pings, so it never times out by itself: a watchdog ends it.
+        watchdog = threading.Timer(TURN_SECONDS, stream.close)
+        watchdog.start()
         client.beta.sessions.events.send(
             plan.session_id,
             events=[{"type": "user.message", "content": [{"type": "text", "text": text}]}],
@@ -335,7 +347,10 @@ def _run(client: anthropic.Anthropic, plan: Plan) -> None:
             plan.streamed.append(event.model_dump_json().encode())
             if event.type == "session.status_idle" and event.stop_reason.type == "end_turn":
                 break
+        watchdog.cancel()
     log = list(client.beta.sessions.events.list(plan.session_id, limit=1000))
+    ended = [e for e in log if e.type == "session.status_idle"]
+    assert ended and ended[-1].stop_reason.type == "end_turn", (plan.i, [e.type for e in log])
     plan.results = [
         "".join(c.text for c in e.content or [] if c.type == "text")
         for e in log
