@@ -588,7 +588,9 @@ def _assert_nowhere_else(plans: list[Plan], rig: Rig) -> None:
     ]
     places += list(_data_dir(rig.server.data_dir))
     if rig.database_url:
-        places += [("database", row) for row in _database_rows(rig.database_url)]
+        rows = [("database", row) for row in _database_rows(rig.database_url)]
+        assert len(rows) > 10 * len(plans)  # the search reached the sessions' data
+        places += rows
     owner = {c: p.i for p in plans for c in p.canaries}
     hits = []
     for where, blob in places:
@@ -597,3 +599,12 @@ def _assert_nowhere_else(plans: list[Plan], rig: Rig) -> None:
             hits.append(f"{where}: session {owner.get(secret, '?')}: {hit!r}")
     assert not hits, "\n".join(hits[:50])
     assert len(rig.responses) > 5 * len(plans)
+
+
+def test_the_search_sees_every_form_of_a_canary() -> None:
+    """The patterns find a canary however it is encoded, and nothing else."""
+    secret = canary("self", 7)
+    for form in forms(secret):
+        assert leaks(b"...{" + form + b"}..."), form
+    assert leaks(b"x" + secret.upper().encode())  # case changed
+    assert not leaks(b"corral-placeholder-0123456789abcdef RTC4 NARY " + secrets.token_bytes(64))
