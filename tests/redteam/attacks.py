@@ -149,7 +149,9 @@ def attack(i: int, ports: Ports, victim_resource: str) -> str:
             f"http://[::1]:{ports.api}/v1/vaults",
             f"http://git.corral.invalid/{victim_resource}/info/refs?service=git-upload-pack",
         ]
-        return " ".join(f"curl -s -m 10 -w ' %{{http_code}}\\n' {url};" for url in probes)
+        return " ".join(
+            f"curl -s -m 10 -o /dev/null -w 'code=%{{http_code}}\\n' {url};" for url in probes
+        )
     if family == 8:  # files: the CA, mounts, anything new on disk
         return (
             "ls -la /run/corral /mnt /mnt/session /workspace 2>&1; cat /run/corral/corral-ca.crt"

@@ -513,6 +513,12 @@ def _assert_attacks_ran(plans: list[Plan], rig: Rig) -> None:
         assert bash_result.rstrip().endswith("swept"), (where, bash_result[-2000:])
         assert "HIT " not in bash_result, (where, bash_result[-2000:])
         family = plan.i % 10
+        if family == 7:  # the proxy refused every way into the host, and the other session's repo
+            codes = re.findall(r"code=(\d+)", bash_result)
+            # API, model, MCP server (reachable as allowed, but no bearer), metadata, [::1],
+            # another session's repository at the git forwarder
+            assert codes[:5] == ["403", "403", "401", "403", "403"], (where, bash_result)
+            assert codes[5] in ("403", "404"), (where, bash_result)
         if family == 3 and plan.git_ok:
             assert "pushed=0" in bash_result, (where, bash_result)
         if plan.i % 3 == 0 and plan.mcp_ok:
