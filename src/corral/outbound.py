@@ -13,6 +13,8 @@ on our behalf, on addresses we never saw.
 
 from __future__ import annotations
 
+import functools
+import os
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -77,8 +79,8 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
 class _GuardedTransport(httpx.AsyncHTTPTransport):
     def __init__(self, policy: AddressPolicy, verify: ssl.SSLContext | bool, http2: bool) -> None:
-        super().__init__(verify=verify, http2=http2, trust_env=False)
-        context = verify if isinstance(verify, ssl.SSLContext) else _context(verify)
+        context = verify if isinstance(verify, ssl.SSLContext) else _context(verify, http2)
+        super().__init__(verify=context, http2=http2, trust_env=False)
         # httpx does not expose the network backend; the pool it built is replaced by the same
         # pool over our backend (tests prove the refusal, so a change in httpx cannot hide).
         self._pool = httpcore.AsyncConnectionPool(
@@ -86,12 +88,24 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
         )
 
 
-def _context(verify: bool) -> ssl.SSLContext:
-    if verify:
-        return ssl.create_default_context()  # honours SSL_CERT_FILE / SSL_CERT_DIR
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
+def _context(verify: bool, http2: bool) -> ssl.SSLContext:
+    """The shared context for a trust setting. Loading the trust store costs a tenth of a
+    second of CPU, on the event loop: building one (two, with httpx's own) per client stalled
+    the server when many sessions connected to MCP servers and git remotes at once (found by
+    the red-team suite). Keyed by the variables the default trust store honours, and by HTTP/2,
+    because httpcore sets the ALPN protocols on the context at every connection."""
+    env = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    return _shared_context(verify, http2, *env)
+
+
+@functools.lru_cache(maxsize=16)
+def _shared_context(
+    verify: bool, http2: bool, cert_file: str | None, cert_dir: str | None
+) -> ssl.SSLContext:
+    context = ssl.create_default_context()  # honours SSL_CERT_FILE / SSL_CERT_DIR
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     return context
 
 

@@ -9,6 +9,9 @@ local OAuth token endpoint, for tests of Corral's MCP client. It must not import
 
 Served by uvicorn in a thread. `calls` records every tool call (name, arguments), so a test can
 show a call ran exactly once; `token_requests` records the token endpoint's form posts.
+`oauth_clients` serves many OAuth clients at once (keyed by refresh token, beside `oauth`), and
+`echo_secrets` makes the server careless the way real ones are: a refused bearer or refresh
+token is quoted back in the error body (the red-team suite checks Corral never repeats it).
 """
 
 from __future__ import annotations
@@ -56,7 +59,10 @@ class _BearerGate:
             auth = headers.get(b"authorization", b"").decode()
             self.server.seen_auth.append(auth)
             if not auth.startswith("Bearer ") or auth[7:] not in self.server.tokens:
-                response = JSONResponse({"error": "invalid_token"}, status_code=401)
+                body = {"error": "invalid_token"}
+                if self.server.echo_secrets:
+                    body["error_description"] = f"token {auth[7:]!r} is not valid here"
+                response = JSONResponse(body, status_code=401)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -70,6 +76,8 @@ class McpTestServer:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.seen_auth: list[str] = []
         self.oauth: OAuthClient | None = None
+        self.oauth_clients: dict[str, OAuthClient] = {}
+        self.echo_secrets = False
         self.token_requests: list[dict[str, str]] = []
         self.slow_seconds = 0.0
         self.port = _free_port()
@@ -130,11 +138,14 @@ class McpTestServer:
         form = {k: str(v) for k, v in (await request.form()).items()}
         header = request.headers.get("authorization", "")
         self.token_requests.append({**form, "_authorization": header})
-        client = self.oauth
+        client = self.oauth_clients.get(form.get("refresh_token", ""), self.oauth)
         if client is None or form.get("grant_type") != "refresh_token":
             return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
         if form.get("refresh_token") != client.refresh_token:
-            return JSONResponse({"error": "invalid_grant"}, status_code=400)
+            error = {"error": "invalid_grant"}
+            if self.echo_secrets:
+                error["error_description"] = f"refresh token {form.get('refresh_token')} unknown"
+            return JSONResponse(error, status_code=400)
         if not _client_ok(client, form, header):
             return JSONResponse({"error": "invalid_client"}, status_code=401)
         if not client.next_tokens:

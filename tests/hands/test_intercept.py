@@ -7,7 +7,9 @@ import asyncio
 import json
 import os
 import ssl
+import threading
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -206,6 +208,27 @@ def test_the_ca_key_is_sealed_at_rest_and_reused(tmp_path: Path) -> None:
     assert f".{rotated.primary_id}." in (tmp_path / "ca" / "env_a.json").read_text()
     lost = Keyring([new_key()])  # no configured key opens it: a new CA, not a crash
     assert load_or_create_ca(tmp_path, lost, "env_a").cert_pem != first.cert_pem
+
+
+def test_concurrent_first_uses_of_an_environment_get_one_ca(tmp_path: Path) -> None:
+    """Regression (found by the red-team suite): sandboxes of one environment starting at once
+    shared a temporary file name, so one writer's cleanup removed another's file before its
+    link and the sandbox failed with FileNotFoundError."""
+    keyring = Keyring([new_key()])
+    for n in range(5):
+        environment = f"env_race{n}"
+        barrier = threading.Barrier(8)
+
+        def first_use(
+            environment: str = environment, barrier: threading.Barrier = barrier
+        ) -> bytes:
+            barrier.wait()
+            return load_or_create_ca(tmp_path, keyring, environment).cert_pem
+
+        with ThreadPoolExecutor(8) as pool:
+            certs = set(pool.map(lambda _: first_use(), range(8)))
+        assert len(certs) == 1
+    assert [p.name for p in (tmp_path / "ca").iterdir() if p.name.startswith(".")] == []
 
 
 def keyring_keys(keyring: Keyring) -> list[bytes]:

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -125,3 +126,21 @@ def test_tls_keeps_the_name_while_connecting_to_the_checked_address(tmp_path: Pa
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_clients_share_the_trust_store_instead_of_loading_it_each_time() -> None:
+    """Regression (found by the red-team suite): every client loaded the trust store twice
+    (about 0.1 s of CPU each, on the event loop), which stalled a server connecting many
+    sessions to MCP servers and git remotes at once until leases were lost."""
+
+    def context_of(client: httpx.AsyncClient) -> ssl.SSLContext:
+        pool = client._transport._pool  # type: ignore[attr-defined]  # the guarded pool
+        return pool._ssl_context  # type: ignore[no-any-return]
+
+    policy = server_policy([])
+    first, second = guarded_client(policy), guarded_client(policy, timeout=5)
+    assert context_of(first) is context_of(second)
+    assert context_of(first).verify_mode == ssl.CERT_REQUIRED
+    insecure = context_of(guarded_client(policy, verify=False))
+    assert insecure is not context_of(first) and insecure.verify_mode == ssl.CERT_NONE
+    assert context_of(guarded_client(policy, http2=True)) is not context_of(first)

@@ -22,6 +22,8 @@ Holds secrets in memory only; never logs, never writes them anywhere but to the 
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import re
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
@@ -91,8 +93,9 @@ class Interceptor:
         self._issuer = LeafIssuer(
             interception.ca_cert_pem, interception.ca_key_pem.reveal(), scratch
         )
-        self._upstream = ssl.create_default_context()
-        self._upstream.set_alpn_protocols(["http/1.1"])
+        self._upstream = _upstream_context(
+            os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+        )
 
     def __repr__(self) -> str:
         return f"Interceptor(credentials={len(self._injections)})"
@@ -146,6 +149,16 @@ class Interceptor:
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await _serve_tls(writer, context)  # no await before: the ClientHello must reach TLS
         return _rewriter(rules, host, port, writer, first=None)
+
+
+@functools.lru_cache(maxsize=4)
+def _upstream_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    """The server's trust store for upstream connections, loaded once per setting of the
+    variables it honours (loading costs a tenth of a second of CPU; every sandbox with a
+    credential needs it)."""
+    context = ssl.create_default_context()
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 async def _serve_tls(writer: asyncio.StreamWriter, context: ssl.SSLContext) -> None:

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,8 +116,10 @@ def _write(path: Path, ca: EnvironmentCA, keyring: Keyring, bound: str, *, repla
     text = json.dumps(
         {"cert": ca.cert_pem.decode(), "key": keyring.seal({"key": ca.key_pem.reveal()}, bound)}
     )
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # A name of its own per call: the sandboxes of one environment start concurrently (threads
+    # of one process), and a shared name let one writer's cleanup pull another's file away.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
