@@ -1,5 +1,6 @@
 # Developer entry points. `make demo` and `make test` are the README's two commands; both
-# install what a fresh machine lacks first (uv from PyPI, bubblewrap from Debian, locked deps).
+# install what a fresh machine lacks first (uv from PyPI, bubblewrap and chromium for the console
+# browser test from Debian, locked deps).
 UV := python3 -m uv
 # Test processes (pytest-xdist). Most tests wait on servers, sandboxes and sockets, so one per
 # core keeps the cores busy; a file's tests stay in one process (module-scoped servers).
@@ -13,6 +14,11 @@ install:
 		(apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
 		 (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null))) || \
 		echo "warning: bubblewrap (Debian package 'bubblewrap') is missing; sandbox tools will fail"
+	@(test -x /usr/bin/chromium && command -v chromedriver >/dev/null 2>&1) || \
+		(command -v apt-get >/dev/null 2>&1 && \
+		(apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || \
+		 (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null))) || \
+		echo "warning: chromium/chromium-driver (Debian) are missing; the console browser test will be skipped"
 	$(UV) sync --frozen --quiet
 
 demo: install
