@@ -123,6 +123,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             )
             data = b"line one\nline two\n"
             client.beta.files.upload(file=("notes.txt", data, "text/plain"))
+            client.beta.skills.create(
+                files=[("runbook/SKILL.md", b"---\nname: runbook\n---\nsteps", "text/markdown")],
+                display_name="On-call runbook",
+            )
+            store = client.beta.memory_stores.create(name="team notes")
+            client.beta.memory_stores.memories.create(
+                store.id, path="/oncall.md", content="page the SRE"
+            )
             vault = client.beta.vaults.create(display_name="team vault")
             client.beta.vaults.credentials.create(
                 vault.id,
@@ -165,6 +173,14 @@ def browser(tmp_path_factory: pytest.TempPathFactory, downloads: Path) -> Iterat
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def signed_in(browser: Any, stack: Stack) -> Any:
+    """The browser with the key in the console's tab storage (as signing in leaves it)."""
+    browser.get(f"{stack.server.url}/console/")
+    browser.execute_script("sessionStorage.setItem('corral.apiKey', arguments[0])", API_KEY)
+    return browser
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
@@ -233,6 +249,8 @@ def log_types(stack: Stack) -> list[Any]:
 
 def test_sign_in_and_sessions_list(browser: Any, stack: Stack) -> None:
     browser.get(f"{stack.server.url}/console")  # redirected to /console/
+    browser.execute_script("sessionStorage.clear()")
+    browser.refresh()
     key = wait_for("sign-in form", lambda: browser.find_element("id", "api-key"))
     assert_accessible(browser, "sign in")
     key.send_keys("wrong-key")
@@ -272,10 +290,14 @@ def test_sign_in_and_sessions_list(browser: Any, stack: Stack) -> None:
     click_button(browser, "Apply filters")
     wait_for("idle filter", lambda: "seed session" in text_of(browser, "#session-results"))
     assert "story session" not in text_of(browser, "#session-results")
+    browser.execute_script("document.getElementById('f-after').value = '2099-01-01T00:00'")
+    click_button(browser, "Apply filters")
+    wait_for("time filter", lambda: "No sessions match" in text_of(browser, "#session-results"))
     assert_accessible(browser, "sessions")
 
 
-def test_live_timeline_confirm_answer_interrupt(browser: Any, stack: Stack) -> None:
+def test_live_timeline_confirm_answer_interrupt(signed_in: Any, stack: Stack) -> None:
+    browser = signed_in
     open_page(browser, stack, f"sessions/{stack.story_session}", "story session")
     wait_for("stream", lambda: text_of(browser, "#live") == "Live")
     assert "No threads" in wait_for("threads", lambda: text_of(browser, "#threads"))
@@ -330,7 +352,8 @@ def custom_id(stack: Stack) -> str:
     return uses[0].id if uses else "none-yet"
 
 
-def test_agent_version_diff(browser: Any, stack: Stack) -> None:
+def test_agent_version_diff(signed_in: Any, stack: Stack) -> None:
+    browser = signed_in
     open_page(browser, stack, f"agents/{stack.agent_id}", "Agent triage")
     click_button(browser, "Show diff")
     wait_for("diff", lambda: browser.find_elements("css selector", "#diff ins"))
@@ -342,7 +365,8 @@ def test_agent_version_diff(browser: Any, stack: Stack) -> None:
     assert_accessible(browser, "agent")
 
 
-def test_other_pages(browser: Any, stack: Stack, downloads: Path) -> None:
+def test_other_pages(signed_in: Any, stack: Stack, downloads: Path) -> None:
+    browser = signed_in
     open_page(browser, stack, "environments", "Environments")
     assert "local" in text_of(browser, "main table")
     assert_accessible(browser, "environments")
@@ -360,9 +384,14 @@ def test_other_pages(browser: Any, stack: Stack, downloads: Path) -> None:
     assert "sk-very-secret-token" not in browser.page_source
     assert_accessible(browser, "vaults")
 
-    for fragment, heading in (("skills", "Skills"), ("memory", "Memory stores")):
-        open_page(browser, stack, fragment, heading)
-        assert_accessible(browser, fragment)
+    open_page(browser, stack, "skills", "Skills")
+    assert "On-call runbook" in text_of(browser, "main table")
+    assert_accessible(browser, "skills")
+
+    open_page(browser, stack, "memory", "Memory stores")
+    wait_for("memories", lambda: "/oncall.md" in text_of(browser, "main"))
+    assert "team notes" in text_of(browser, "main h2")
+    assert_accessible(browser, "memory")
 
     open_page(browser, stack, "usage", "Usage")
     usage = text_of(browser, "main table")
@@ -370,7 +399,8 @@ def test_other_pages(browser: Any, stack: Stack, downloads: Path) -> None:
     assert_accessible(browser, "usage")
 
 
-def test_phone_viewport(browser: Any, stack: Stack) -> None:
+def test_phone_viewport(signed_in: Any, stack: Stack) -> None:
+    browser = signed_in
     browser.set_window_size(390, 844)
     try:
         for fragment, heading in (

@@ -62,7 +62,13 @@ export async function filesPage(main) {
         { label: "Name", cell: (f) => f.filename || f.id },
         { label: "Type", cell: (f) => f.mime_type || "" },
         { label: "Size", cell: (f) => size(f.size_bytes) },
-        { label: "Scope", cell: (f) => (f.scope && f.scope.id) || "" },
+        {
+          label: "Scope",
+          cell: (f) =>
+            f.scope && f.scope.type === "session"
+              ? h("a", { href: `#/sessions/${f.scope.id}` }, f.scope.id)
+              : (f.scope && f.scope.id) || "",
+        },
         { label: "Created", cell: (f) => timeEl(f.created_at) },
         {
           label: "Download",
@@ -90,10 +96,10 @@ export async function skillsPage(main) {
     table(
       "Skills",
       [
-        { label: "Title", cell: (s) => s.display_title || s.name || s.id },
+        { label: "Name", cell: (s) => s.display_name || s.id },
         { label: "Id", cell: (s) => s.id },
-        { label: "Source", cell: (s) => s.source || "" },
-        { label: "Latest version", cell: (s) => String(s.latest_version || "") },
+        { label: "Source", cell: (s) => (s.source && s.source.type) || "" },
+        { label: "Latest version", cell: (s) => s.latest_version_id || "" },
         { label: "Created", cell: (s) => timeEl(s.created_at) },
       ],
       skills,
@@ -113,7 +119,10 @@ export async function memoryPage(main) {
           table(
             `Memories in ${store.name || store.id}`,
             [
-              { label: "Path", cell: (m) => m.path || m.id },
+              {
+                label: "Path",
+                cell: (m) => (m.type === "memory_prefix" ? `${m.path} (folder)` : m.path || m.id),
+              },
               { label: "Size", cell: (m) => size(m.content_size_bytes ?? m.size_bytes) },
               { label: "Updated", cell: (m) => timeEl(m.updated_at || m.created_at) },
             ],

@@ -5,6 +5,7 @@ import { badge, cost, errorBox, fill, h, table, timeEl, tokens } from "./dom.js"
 
 const STATUSES = ["idle", "running", "rescheduling", "terminated"];
 const POLL_MS = 3000;
+const PAGE_SIZE = 50;
 
 function select(id, label, options, value) {
   return [
@@ -57,6 +58,11 @@ export async function sessionsPage(main) {
 
   let timer = null;
   let stopped = false;
+  const cursors = [undefined]; // page cursors of the pages seen, newest first
+  let next = null;
+  let lastShown = null;
+  let run = 0;
+  const focusKey = (el) => el.getAttribute("href") || el.textContent;
   const value = (id) => form.querySelector(`#${id}`).value;
 
   async function load() {
@@ -70,10 +76,18 @@ export async function sessionsPage(main) {
       include_archived: true,
     };
     try {
-      let sessions = (await request("/v1/sessions", { query: { ...query, limit: 100 } })).data;
+      const page = cursors[cursors.length - 1];
+      const body = await request("/v1/sessions", { query: { ...query, limit: PAGE_SIZE, page } });
+      next = body.next_page || null;
+      let sessions = body.data;
       // The API has no environment filter: narrow the listed page here.
       if (env) sessions = sessions.filter((s) => s.environment_id === env);
       if (stopped) return;
+      // Re-render only on change, and keep keyboard focus where it was.
+      const shown = JSON.stringify([sessions.map((s) => [s.id, s.status, s.usage, s.title]), next, cursors.length]);
+      if (shown === lastShown) return;
+      lastShown = shown;
+      const focused = results.contains(document.activeElement) ? focusKey(document.activeElement) : null;
       fill(
         results,
         table(
@@ -96,21 +110,48 @@ export async function sessionsPage(main) {
           sessions,
           "No sessions match.",
         ),
+        pager(),
       );
+      if (focused) {
+        const again = [...results.querySelectorAll("a, button")].find((el) => focusKey(el) === focused);
+        if (again) again.focus();
+      }
     } catch (err) {
+      lastShown = null;
       if (!stopped) fill(results, errorBox(err));
     }
   }
 
+  function pager() {
+    const newer = h("button", { type: "button", class: "secondary", disabled: cursors.length < 2 }, "Newer sessions");
+    const older = h("button", { type: "button", class: "secondary", disabled: !next }, "Older sessions");
+    newer.addEventListener("click", () => {
+      cursors.pop();
+      restart();
+    });
+    older.addEventListener("click", () => {
+      cursors.push(next);
+      restart();
+    });
+    return h("div", { class: "actions", role: "group", "aria-label": "Pages" }, newer, older);
+  }
+
+  function restart() {
+    window.clearTimeout(timer);
+    poll();
+  }
+
   async function poll() {
+    const mine = ++run; // a restart while a load is in flight leaves one polling chain
     await load();
-    if (!stopped) timer = window.setTimeout(poll, POLL_MS);
+    if (!stopped && mine === run) timer = window.setTimeout(poll, POLL_MS);
   }
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    window.clearTimeout(timer);
-    poll();
+    cursors.splice(1);
+    lastShown = null;
+    restart();
   });
   await poll();
   return () => {
