@@ -12,6 +12,7 @@ skipped only when they are not installed.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -312,6 +313,7 @@ def test_live_timeline_confirm_answer_interrupt(signed_in: Any, stack: Stack) ->
     for seen in ("story: is ticket 42 fixed?", "Thinking", "Tool call: bash", "Model request"):
         assert seen in timeline, (seen, timeline)
     assert "in / 30 out tokens" in timeline  # the span's usage; the fake reports 120 in
+    assert re.search(r"out tokens · \d+\.\d\d s", timeline), timeline  # and its latency
     assert "requires action" in timeline
     click_button(browser, "Allow bash")
 

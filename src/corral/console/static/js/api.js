@@ -59,12 +59,12 @@ export async function request(path, { method = "GET", query, body, signal } = {}
   return resp.json();
 }
 
-/** Every item of a paginated list (following `next_page`), up to `max`. */
-export async function listAll(path, query = {}, max = 1000) {
+/** Every item of a paginated list (following `next_page`), up to `max`, `pageSize` a request. */
+export async function listAll(path, query = {}, max = 1000, pageSize = 100) {
   const items = [];
   let page;
   do {
-    const limit = Math.min(100, max - items.length);
+    const limit = Math.min(pageSize, max - items.length);
     const body = await request(path, { query: { ...query, limit, page } });
     items.push(...body.data);
     page = body.next_page;

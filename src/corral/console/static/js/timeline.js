@@ -332,7 +332,7 @@ export async function timelinePage(main, sessionId) {
         else early.push(data);
       },
     });
-    const history = await listAll(`${base}/events`, {}, 100000);
+    const history = await listAll(`${base}/events`, {}, 1000000, 1000);
     history.forEach(handle);
     ready = true;
     early.forEach(handle);
