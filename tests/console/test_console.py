@@ -94,7 +94,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ),
         Turn([ToolUse("lookup", {"q": "ticket 42"})]),
         Turn([Text("All done: the ticket is answered.")]),
-        Turn([Text("too late")], first_token_delay=30.0),  # interrupted from the page
+        Turn([Text("too late")], first_token_delay=120.0),  # interrupted from the page
     ]
     handler = by_marker({"story": story, "seed": [Turn([Text("seeded")])]})
     with FakeModelServer(handler) as fake:
@@ -234,7 +234,12 @@ def assert_accessible(driver: Any, page: str) -> None:
 
 def open_page(driver: Any, stack: Stack, fragment: str, heading: str) -> None:
     driver.get(f"{stack.server.url}/console/#/{fragment}")
-    wait_for(f"{fragment} page", lambda: heading in text_of(driver, "main h1"))
+    try:
+        wait_for(f"{fragment} page", lambda: heading in text_of(driver, "main h1"))
+    except AssertionError as exc:
+        logs = driver.get_log("browser") if hasattr(driver, "get_log") else []
+        page = text_of(driver, "main")
+        raise AssertionError(f"{exc}; at {driver.current_url}: {page!r}; {logs}") from exc
     assert not driver.find_elements("css selector", "main .error"), text_of(driver, "main")
 
 
@@ -295,6 +300,10 @@ def test_sign_in_and_sessions_list(browser: Any, stack: Stack) -> None:
     click_button(browser, "Apply filters")
     wait_for("time filter", lambda: "No sessions match" in text_of(browser, "#session-results"))
     assert_accessible(browser, "sessions")
+    # The skip link moves focus to the content without leaving the page.
+    browser.execute_script("document.querySelector('.skip').click()")
+    assert browser.execute_script("return document.activeElement.id") == "main"
+    assert "Sessions" in text_of(browser, "main h1")
 
 
 def test_live_timeline_confirm_answer_interrupt(signed_in: Any, stack: Stack) -> None:

@@ -11,7 +11,10 @@ export async function agentsPage(main) {
       "Agents",
       [
         { label: "Name", cell: (a) => h("a", { href: `#/agents/${a.id}` }, a.name || a.id) },
-        { label: "Model", cell: (a) => (typeof a.model === "string" ? a.model : a.model && a.model.id) || "" },
+        {
+          label: "Model",
+          cell: (a) => (typeof a.model === "string" ? a.model : a.model && a.model.id) || "",
+        },
         { label: "Latest version", cell: (a) => String(a.version) },
         { label: "Updated", cell: (a) => timeEl(a.updated_at) },
         { label: "Archived", cell: (a) => (a.archived_at ? "yes" : "no") },
@@ -27,7 +30,11 @@ function canonical(agent) {
   const sort = (v) => {
     if (Array.isArray(v)) return v.map(sort);
     if (v && typeof v === "object") {
-      return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sort(v[k])]));
+      return Object.fromEntries(
+        Object.keys(v)
+          .sort()
+          .map((k) => [k, sort(v[k])]),
+      );
     }
     return v;
   };
@@ -67,7 +74,11 @@ export function diffLines(a, b) {
 function renderDiff(lines) {
   const changed = lines.filter((l) => l.op !== " ").length;
   return [
-    h("p", { id: "diff-summary" }, changed === 0 ? "The two versions are identical." : `${changed} changed lines.`),
+    h(
+      "p",
+      { id: "diff-summary" },
+      changed === 0 ? "The two versions are identical." : `${changed} changed lines.`,
+    ),
     h(
       "pre",
       { class: "code diff", id: "diff", "aria-describedby": "diff-summary" },
@@ -90,13 +101,21 @@ export async function agentPage(main, agentId) {
   const numbers = versions.map((v) => v.version);
   const pick = (id, label, value) => [
     h("label", { for: id }, label),
-    h("select", { id, name: id }, numbers.map((n) => h("option", { value: String(n), selected: n === value }, `version ${n}`))),
+    h(
+      "select",
+      { id, name: id },
+      numbers.map((n) => h("option", { value: String(n), selected: n === value }, `version ${n}`)),
+    ),
   ];
   const result = h("div", { id: "diff-result" });
   const form = h(
     "form",
     { class: "filters", "aria-label": "Compare versions" },
-    h("div", {}, pick("diff-from", "From", numbers.length > 1 ? numbers[numbers.length - 2] : numbers[0])),
+    h(
+      "div",
+      {},
+      pick("diff-from", "From", numbers.length > 1 ? numbers[numbers.length - 2] : numbers[0]),
+    ),
     h("div", {}, pick("diff-to", "To", numbers[numbers.length - 1])),
     h("div", { class: "actions" }, h("button", { type: "submit" }, "Show diff")),
   );
@@ -109,7 +128,11 @@ export async function agentPage(main, agentId) {
         request(path, { query: { version: from } }),
         request(path, { query: { version: to } }),
       ]);
-      fill(result, h("h3", {}, `Version ${from} → version ${to}`), renderDiff(diffLines(canonical(a), canonical(b))));
+      fill(
+        result,
+        h("h3", {}, `Version ${from} → version ${to}`),
+        renderDiff(diffLines(canonical(a), canonical(b))),
+      );
     } catch (err) {
       fill(result, errorBox(err));
     }
@@ -127,7 +150,10 @@ export async function agentPage(main, agentId) {
         [
           { label: "Version", cell: (v) => String(v.version) },
           { label: "Created", cell: (v) => timeEl(v.updated_at || v.created_at) },
-          { label: "Model", cell: (v) => (typeof v.model === "string" ? v.model : v.model && v.model.id) || "" },
+          {
+            label: "Model",
+            cell: (v) => (typeof v.model === "string" ? v.model : v.model && v.model.id) || "",
+          },
           { label: "Tools", cell: (v) => String((v.tools || []).length) },
         ],
         versions,

@@ -67,7 +67,10 @@ function signInPage(message) {
       await request("/v1/agents", { query: { limit: 1 } });
     } catch (err) {
       signOut();
-      fill(status, errorBox(err instanceof ApiError && err.status === 401 ? "That key was refused." : err));
+      fill(
+        status,
+        errorBox(err instanceof ApiError && err.status === 401 ? "That key was refused." : err),
+      );
       input.focus();
       return;
     }
@@ -87,6 +90,8 @@ function markCurrent(path) {
 }
 
 async function route() {
+  const hash = window.location.hash;
+  if (hash && !hash.startsWith("#/")) return; // an in-page anchor, not a page
   if (cleanup) {
     cleanup();
     cleanup = null;
@@ -125,12 +130,20 @@ async function route() {
     main.focus({ preventScroll: true });
     return;
   }
-  fill(main, h("h1", {}, "Not found"), h("p", {}, "No such page. ", h("a", { href: "#/sessions" }, "Sessions")));
+  fill(
+    main,
+    h("h1", {}, "Not found"),
+    h("p", {}, "No such page. ", h("a", { href: "#/sessions" }, "Sessions")),
+  );
 }
 
 signOutButton.addEventListener("click", () => {
   signOut();
   route();
+});
+document.querySelector(".skip").addEventListener("click", (event) => {
+  event.preventDefault(); // the hash belongs to the router
+  main.focus();
 });
 window.addEventListener("hashchange", route);
 route();

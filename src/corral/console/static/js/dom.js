@@ -98,7 +98,15 @@ export function table(caption, columns, rows, empty = "Nothing here yet.") {
     "table",
     { class: "list" },
     h("caption", {}, caption),
-    h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" }, c.label)))),
+    h(
+      "thead",
+      {},
+      h(
+        "tr",
+        {},
+        columns.map((c) => h("th", { scope: "col" }, c.label)),
+      ),
+    ),
     h(
       "tbody",
       {},

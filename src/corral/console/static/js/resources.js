@@ -20,7 +20,8 @@ export async function environmentsPage(main) {
         { label: "Created", cell: (e) => timeEl(e.created_at) },
         {
           label: "Configuration",
-          cell: (e) => h("details", {}, h("summary", {}, "Show"), h("pre", { class: "code" }, json(e.config))),
+          cell: (e) =>
+            h("details", {}, h("summary", {}, "Show"), h("pre", { class: "code" }, json(e.config))),
         },
       ],
       envs,
@@ -77,7 +78,11 @@ export async function filesPage(main) {
               ? "not downloadable"
               : h(
                   "button",
-                  { type: "button", class: "secondary", onclick: () => save(f.id, f.filename, status) },
+                  {
+                    type: "button",
+                    class: "secondary",
+                    onclick: () => save(f.id, f.filename, status),
+                  },
                   `Download ${f.filename || f.id}`,
                 ),
         },
@@ -141,7 +146,11 @@ export async function memoryPage(main) {
       slot,
     );
   });
-  fill(main, h("h1", {}, "Memory stores"), sections.length ? sections : h("p", { class: "empty" }, "No memory stores yet."));
+  fill(
+    main,
+    h("h1", {}, "Memory stores"),
+    sections.length ? sections : h("p", { class: "empty" }, "No memory stores yet."),
+  );
 }
 
 /** Only metadata: the API never returns secrets, and this page shows a fixed set of fields. */
@@ -160,7 +169,11 @@ export async function vaultsPage(main) {
   const vaults = await listAll("/v1/vaults", { include_archived: true }, 1000);
   const sections = vaults.map((vault) => {
     const slot = h("div", {}, "Loading credentials…");
-    listAll(`/v1/vaults/${encodeURIComponent(vault.id)}/credentials`, { include_archived: true }, 1000).then(
+    listAll(
+      `/v1/vaults/${encodeURIComponent(vault.id)}/credentials`,
+      { include_archived: true },
+      1000,
+    ).then(
       (creds) =>
         fill(
           slot,
@@ -209,22 +222,38 @@ export async function usagePage(main) {
     }
     const u = s.usage || {};
     g.sessions += 1;
-    g.input += (u.input_tokens || 0) + (u.cache_read_input_tokens || 0) + (u.cache_creation_input_tokens || 0);
+    g.input +=
+      (u.input_tokens || 0) +
+      (u.cache_read_input_tokens || 0) +
+      (u.cache_creation_input_tokens || 0);
     g.output += u.output_tokens || 0;
     const cents = costCents(u);
     if (cents === null) g.unpriced += 1;
     else g.cents += cents;
   }
-  const rows = [...groups.values()].sort((a, b) => (a.day === b.day ? (a.agent.name || "").localeCompare(b.agent.name || "") : a.day < b.day ? 1 : -1));
+  const rows = [...groups.values()].sort((a, b) =>
+    a.day === b.day
+      ? (a.agent.name || "").localeCompare(b.agent.name || "")
+      : a.day < b.day
+        ? 1
+        : -1,
+  );
   fill(
     main,
     h("h1", {}, "Usage"),
-    h("p", { class: "hint" }, `Summed from the ${sessions.length} most recent sessions, by creation day (UTC).`),
+    h(
+      "p",
+      { class: "hint" },
+      `Summed from the ${sessions.length} most recent sessions, by creation day (UTC).`,
+    ),
     table(
       "Usage per agent and day",
       [
         { label: "Day", cell: (g) => g.day },
-        { label: "Agent", cell: (g) => h("a", { href: `#/agents/${g.agent.id}` }, g.agent.name || g.agent.id) },
+        {
+          label: "Agent",
+          cell: (g) => h("a", { href: `#/agents/${g.agent.id}` }, g.agent.name || g.agent.id),
+        },
         { label: "Sessions", cell: (g) => String(g.sessions) },
         { label: "Input tokens", cell: (g) => g.input.toLocaleString() },
         { label: "Output tokens", cell: (g) => g.output.toLocaleString() },

@@ -36,15 +36,48 @@ export async function sessionsPage(main) {
   const form = h(
     "form",
     { class: "filters", "aria-label": "Filter sessions" },
-    h("div", {}, select("f-status", "Status", STATUSES.map((s) => [s, s]), null)),
-    h("div", {}, select("f-agent", "Agent", agents.map((a) => [a.id, a.name || a.id]), null)),
     h(
       "div",
       {},
-      select("f-env", "Environment", environments.map((e) => [e.id, e.name || e.id]), null),
+      select(
+        "f-status",
+        "Status",
+        STATUSES.map((s) => [s, s]),
+        null,
+      ),
     ),
-    h("div", {}, h("label", { for: "f-after" }, "Created after"), h("input", { id: "f-after", type: "datetime-local" })),
-    h("div", {}, h("label", { for: "f-before" }, "Created before"), h("input", { id: "f-before", type: "datetime-local" })),
+    h(
+      "div",
+      {},
+      select(
+        "f-agent",
+        "Agent",
+        agents.map((a) => [a.id, a.name || a.id]),
+        null,
+      ),
+    ),
+    h(
+      "div",
+      {},
+      select(
+        "f-env",
+        "Environment",
+        environments.map((e) => [e.id, e.name || e.id]),
+        null,
+      ),
+    ),
+    h(
+      "div",
+      {},
+      h("label", { for: "f-after" }, "Created after"),
+      h("input", { id: "f-after", type: "datetime-local" }),
+    ),
+    h(
+      "div",
+      {},
+      h("label", { for: "f-before" }, "Created before"),
+      h("input", { id: "f-before", type: "datetime-local" }),
+    ),
     h("div", { class: "actions" }, h("button", { type: "submit" }, "Apply filters")),
   );
   const results = h("div", { id: "session-results" });
@@ -84,10 +117,16 @@ export async function sessionsPage(main) {
       if (env) sessions = sessions.filter((s) => s.environment_id === env);
       if (stopped) return;
       // Re-render only on change, and keep keyboard focus where it was.
-      const shown = JSON.stringify([sessions.map((s) => [s.id, s.status, s.usage, s.title]), next, cursors.length]);
+      const shown = JSON.stringify([
+        sessions.map((s) => [s.id, s.status, s.usage, s.title]),
+        next,
+        cursors.length,
+      ]);
       if (shown === lastShown) return;
       lastShown = shown;
-      const focused = results.contains(document.activeElement) ? focusKey(document.activeElement) : null;
+      const focused = results.contains(document.activeElement)
+        ? focusKey(document.activeElement)
+        : null;
       fill(
         results,
         table(
@@ -100,9 +139,13 @@ export async function sessionsPage(main) {
             { label: "Status", cell: (s) => badge(s.status) },
             {
               label: "Agent",
-              cell: (s) => `${agentName.get(s.agent.id) || s.agent.name || s.agent.id} v${s.agent.version}`,
+              cell: (s) =>
+                `${agentName.get(s.agent.id) || s.agent.name || s.agent.id} v${s.agent.version}`,
             },
-            { label: "Environment", cell: (s) => envName.get(s.environment_id) || s.environment_id },
+            {
+              label: "Environment",
+              cell: (s) => envName.get(s.environment_id) || s.environment_id,
+            },
             { label: "Created", cell: (s) => timeEl(s.created_at) },
             { label: "Tokens", cell: (s) => tokens(s.usage) },
             { label: "Cost", cell: (s) => cost(s.usage) },
@@ -113,7 +156,9 @@ export async function sessionsPage(main) {
         pager(),
       );
       if (focused) {
-        const again = [...results.querySelectorAll("a, button")].find((el) => focusKey(el) === focused);
+        const again = [...results.querySelectorAll("a, button")].find(
+          (el) => focusKey(el) === focused,
+        );
         if (again) again.focus();
       }
     } catch (err) {
@@ -123,8 +168,16 @@ export async function sessionsPage(main) {
   }
 
   function pager() {
-    const newer = h("button", { type: "button", class: "secondary", disabled: cursors.length < 2 }, "Newer sessions");
-    const older = h("button", { type: "button", class: "secondary", disabled: !next }, "Older sessions");
+    const newer = h(
+      "button",
+      { type: "button", class: "secondary", disabled: cursors.length < 2 },
+      "Newer sessions",
+    );
+    const older = h(
+      "button",
+      { type: "button", class: "secondary", disabled: !next },
+      "Older sessions",
+    );
     newer.addEventListener("click", () => {
       cursors.pop();
       restart();

@@ -8,9 +8,7 @@ const TOOL_USES = new Set(["agent.tool_use", "agent.custom_tool_use", "agent.mcp
 
 function blocksText(content) {
   if (!content || content.length === 0) return "";
-  return content
-    .map((b) => (b.type === "text" ? b.text : `[${b.type}]`))
-    .join("\n");
+  return content.map((b) => (b.type === "text" ? b.text : `[${b.type}]`)).join("\n");
 }
 
 function seconds(startIso, endIso) {
@@ -82,10 +80,30 @@ export async function timelinePage(main, sessionId) {
       h("dt", {}, "Cost"),
       costSlot,
     ),
-    h("section", { "aria-labelledby": "pending-title" }, h("h2", { id: "pending-title" }, "Waiting for you"), pending),
-    h("section", { "aria-labelledby": "send-title" }, h("h2", { id: "send-title", class: "visually-hidden" }, "Send"), sendForm),
-    h("section", { "aria-labelledby": "timeline-title" }, h("h2", { id: "timeline-title" }, "Timeline"), h("div", { role: "log", "aria-labelledby": "timeline-title" }, timeline)),
-    h("section", { "aria-labelledby": "threads-title" }, h("h2", { id: "threads-title" }, "Threads"), threads),
+    h(
+      "section",
+      { "aria-labelledby": "pending-title" },
+      h("h2", { id: "pending-title" }, "Waiting for you"),
+      pending,
+    ),
+    h(
+      "section",
+      { "aria-labelledby": "send-title" },
+      h("h2", { id: "send-title", class: "visually-hidden" }, "Send"),
+      sendForm,
+    ),
+    h(
+      "section",
+      { "aria-labelledby": "timeline-title" },
+      h("h2", { id: "timeline-title" }, "Timeline"),
+      h("div", { role: "log", "aria-labelledby": "timeline-title" }, timeline),
+    ),
+    h(
+      "section",
+      { "aria-labelledby": "threads-title" },
+      h("h2", { id: "threads-title" }, "Threads"),
+      threads,
+    ),
   );
   showSummary();
 
@@ -146,7 +164,12 @@ export async function timelinePage(main, sessionId) {
       h("pre", { class: "code" }, json(ev.input)),
       h("label", { for: id }, "Result"),
       text,
-      h("div", { class: "check" }, isError, h("label", { for: `${id}-error` }, "Report as an error")),
+      h(
+        "div",
+        { class: "check" },
+        isError,
+        h("label", { for: `${id}-error` }, "Report as an error"),
+      ),
       h("div", { class: "actions" }, button),
     );
     form.addEventListener("submit", async (e) => {
@@ -183,7 +206,12 @@ export async function timelinePage(main, sessionId) {
   function toolItem(ev) {
     const state = h("span", { class: "tool-state" }, "running");
     const output = h("div", { class: "tool-output" });
-    const where = ev.type === "agent.custom_tool_use" ? " (custom)" : ev.mcp_server_name ? ` (MCP ${ev.mcp_server_name})` : "";
+    const where =
+      ev.type === "agent.custom_tool_use"
+        ? " (custom)"
+        : ev.mcp_server_name
+          ? ` (MCP ${ev.mcp_server_name})`
+          : "";
     const asks = ev.evaluated_permission === "ask" ? " · asks for confirmation" : "";
     const details = h(
       "details",
@@ -202,21 +230,39 @@ export async function timelinePage(main, sessionId) {
     answered.add(useId);
     const slot = toolSlots.get(useId);
     const text = blocksText(ev.content);
-    const body = [h("h3", { class: "small" }, ev.is_error ? "Error output" : "Output"), h("pre", { class: "code" }, text || "(empty)")];
+    const body = [
+      h("h3", { class: "small" }, ev.is_error ? "Error output" : "Output"),
+      h("pre", { class: "code" }, text || "(empty)"),
+    ];
     if (slot) {
       fill(slot.state, ev.is_error ? "error" : "done");
       fill(slot.output, body);
       return null;
     }
-    return item(ev.is_error ? "error" : "tool", label, ev.processed_at, h("details", {}, h("summary", {}, `${label} for ${useId}`), body));
+    return item(
+      ev.is_error ? "error" : "tool",
+      label,
+      ev.processed_at,
+      h("details", {}, h("summary", {}, `${label} for ${useId}`), body),
+    );
   }
 
   function render(ev) {
     switch (ev.type) {
       case "user.message":
-        return item("user", "You", ev.processed_at, h("p", { class: "text" }, blocksText(ev.content)));
+        return item(
+          "user",
+          "You",
+          ev.processed_at,
+          h("p", { class: "text" }, blocksText(ev.content)),
+        );
       case "agent.message":
-        return item("agent", "Agent", ev.processed_at, h("p", { class: "text" }, blocksText(ev.content)));
+        return item(
+          "agent",
+          "Agent",
+          ev.processed_at,
+          h("p", { class: "text" }, blocksText(ev.content)),
+        );
       case "agent.thinking":
         return item("marker", "Thinking…", ev.processed_at);
       case "agent.tool_use":
@@ -235,8 +281,16 @@ export async function timelinePage(main, sessionId) {
         answered.add(ev.tool_use_id);
         const slot = toolSlots.get(ev.tool_use_id);
         if (slot && ev.result === "deny") fill(slot.state, "denied");
-        const text = ev.result === "allow" ? "Allowed" : `Denied${ev.deny_message ? `: ${ev.deny_message}` : ""}`;
-        return item("marker", "Confirmation", ev.processed_at, h("p", {}, `${text} (${ev.tool_use_id})`));
+        const text =
+          ev.result === "allow"
+            ? "Allowed"
+            : `Denied${ev.deny_message ? `: ${ev.deny_message}` : ""}`;
+        return item(
+          "marker",
+          "Confirmation",
+          ev.processed_at,
+          h("p", {}, `${text} (${ev.tool_use_id})`),
+        );
       }
       case "user.interrupt":
         return item("marker", "Interrupt", ev.processed_at, h("p", {}, "Interrupted by the user"));
@@ -253,30 +307,51 @@ export async function timelinePage(main, sessionId) {
       case "session.error": {
         const err = ev.error || {};
         const retry = err.retry_status ? ` (${err.retry_status.type})` : "";
-        return item("error", "Error", ev.processed_at, h("p", {}, `${err.type || "error"}: ${err.message || ""}${retry}`));
+        return item(
+          "error",
+          "Error",
+          ev.processed_at,
+          h("p", {}, `${err.type || "error"}: ${err.message || ""}${retry}`),
+        );
       }
       case "span.model_request_start": {
-        const li = item("span", "Model request", ev.processed_at, h("p", { class: "span-detail" }, "in progress…"));
+        const li = item(
+          "span",
+          "Model request",
+          ev.processed_at,
+          h("p", { class: "span-detail" }, "in progress…"),
+        );
         spans.set(ev.id, { li, at: ev.processed_at });
         return li;
       }
       case "span.model_request_end": {
         const span = spans.get(ev.model_request_start_id);
         const u = ev.model_usage || {};
-        const detail = `${tokens(u)} tokens · ${span ? seconds(span.at, ev.processed_at) : "?"}${ev.is_error ? " · failed" : ""}`;
+        const latency = span ? seconds(span.at, ev.processed_at) : "?";
+        const detail = `${tokens(u)} tokens · ${latency}${ev.is_error ? " · failed" : ""}`;
         if (span) {
           fill(span.li.querySelector(".span-detail"), detail);
           if (ev.is_error) span.li.classList.add("event-error");
           return null;
         }
-        return item("span", "Model request", ev.processed_at, h("p", { class: "span-detail" }, detail));
+        return item(
+          "span",
+          "Model request",
+          ev.processed_at,
+          h("p", { class: "span-detail" }, detail),
+        );
       }
       case "session.usage":
         return null; // folded into the summary
       case "session.updated":
         return item("marker", "Session updated", ev.processed_at);
       default:
-        return item("other", ev.type, ev.processed_at, h("details", {}, h("summary", {}, "Event data"), h("pre", { class: "code" }, json(ev))));
+        return item(
+          "other",
+          ev.type,
+          ev.processed_at,
+          h("details", {}, h("summary", {}, "Event data"), h("pre", { class: "code" }, json(ev))),
+        );
     }
   }
 
@@ -289,7 +364,10 @@ export async function timelinePage(main, sessionId) {
         break;
       case "session.status_idle":
         session.status = "idle";
-        waitingFor = ev.stop_reason && ev.stop_reason.type === "requires_action" ? ev.stop_reason.event_ids || [] : [];
+        waitingFor =
+          ev.stop_reason && ev.stop_reason.type === "requires_action"
+            ? ev.stop_reason.event_ids || []
+            : [];
         break;
       case "session.status_terminated":
         session.status = "terminated";
@@ -314,7 +392,13 @@ export async function timelinePage(main, sessionId) {
       timeline.append(li);
     }
     fold(ev);
-    if (TOOL_USES.has(ev.type) || ev.type === "session.status_idle" || ev.type.startsWith("session.status") || answered.has(ev.id)) showPending();
+    if (
+      TOOL_USES.has(ev.type) ||
+      ev.type === "session.status_idle" ||
+      ev.type.startsWith("session.status") ||
+      answered.has(ev.id)
+    )
+      showPending();
   }
 
   // ---- live: subscribe first, then read history, so nothing falls between the two ----
@@ -362,7 +446,8 @@ export async function timelinePage(main, sessionId) {
     e.preventDefault();
     const text = message.value.trim();
     if (!text) return;
-    if (await send([{ type: "user.message", content: [{ type: "text", text }] }], "Message")) message.value = "";
+    if (await send([{ type: "user.message", content: [{ type: "text", text }] }], "Message"))
+      message.value = "";
   });
   interrupt.addEventListener("click", () => send([{ type: "user.interrupt" }], "Interrupt"));
 
@@ -408,7 +493,11 @@ async function loadThreads(base, slot) {
         h(
           "li",
           {},
-          h("span", { class: "thread-name" }, t.name || t.title || (t.agent && t.agent.name) || t.id),
+          h(
+            "span",
+            { class: "thread-name" },
+            t.name || t.title || (t.agent && t.agent.name) || t.id,
+          ),
           t.status ? [" ", badge(t.status)] : null,
           h("span", { class: "hint" }, ` ${t.id}`),
           children.has(t.id) ? branch(t.id) : null,
