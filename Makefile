@@ -1,11 +1,12 @@
 # Developer entry points. `make demo` and `make test` are the README's two commands; both
-# install what a fresh machine lacks first (uv from PyPI, bubblewrap from Debian, locked deps).
+# install what a fresh machine lacks first (uv from PyPI, bubblewrap from Debian, locked deps;
+# `make test` also Debian's chromium for the console's browser test).
 UV := python3 -m uv
 # Test processes (pytest-xdist). Most tests wait on servers, sandboxes and sockets, so one per
 # core keeps the cores busy; a file's tests stay in one process (module-scoped servers).
 TEST_WORKERS ?= auto
 
-.PHONY: install demo test lint typecheck format bench all
+.PHONY: install browser demo test lint typecheck format bench all
 
 install:
 	@python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet uv
@@ -18,10 +19,18 @@ install:
 	@# server would otherwise compile them again at start
 	@$(UV) run --frozen python -m compileall -q src tests >/dev/null
 
+# Only the tests need a browser (the console's); the demo does without the download.
+browser:
+	@(test -x /usr/bin/chromium && command -v chromedriver >/dev/null 2>&1) || \
+		(command -v apt-get >/dev/null 2>&1 && \
+		(apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || \
+		 (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null))) || \
+		echo "warning: chromium/chromium-driver (Debian) are missing; the console browser test will be skipped"
+
 demo: install
 	$(UV) run corral demo
 
-test: install
+test: install browser
 	$(UV) run pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint:

@@ -34,6 +34,10 @@ FORBIDDEN = {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files",
     },
+    "console": {
+        "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
+        "demo", "files", "tools", "vault", "mcp", "wire", "config",
+    },
     "tools": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files",

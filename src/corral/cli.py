@@ -56,7 +56,8 @@ def serve(
         )
     console.print(
         f"Corral listening on http://{settings.host}:{settings.port} "
-        f"(data: {settings.database_url or settings.sqlite_path})"
+        f"(data: {settings.database_url or settings.sqlite_path}); "
+        f"web console: http://{settings.host}:{settings.port}/console"
     )
     raise_fd_limit(settings)
     anyio.run(serve_async, settings)

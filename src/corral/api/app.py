@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from corral import __version__
+from corral import __version__, console
 from corral.api import files, memory_stores, resources, sessions, vaults, work
 from corral.api.http import error_response
 from corral.api.stream import StreamRouter
@@ -121,6 +121,7 @@ def create_app(runtime: Runtime) -> Starlette:
             *vaults.routes(runtime),
             *memory_stores.routes(runtime),
             *(work.routes(runtime.work) if runtime.work is not None else []),
+            *console.routes(),
         ],
         lifespan=lifespan,
         exception_handlers={
