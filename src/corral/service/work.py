@@ -54,6 +54,9 @@ class SessionPrincipal:
     environment_id: str
     session_id: str
     work_id: str
+    live: bool = True
+    """False once the item stopped: the token then only reaches its own item's heartbeat,
+    which answers 412 to a worker whose lease was lost (see `api.work.WorkerAuth`)."""
 
 
 Principal = EnvironmentPrincipal | SessionPrincipal
@@ -222,8 +225,11 @@ class WorkService:
     async def authenticate(self, token: str) -> Principal | None:
         """The principal a worker credential names, or None when it is not one of ours.
 
+        A stopped item's sessions token authenticates with `live=False` (the caller refuses
+        everything but its heartbeat).
+
         Raises:
-            Unauthorized: it is shaped like one of ours but is unknown, revoked or expired.
+            Unauthorized: it is shaped like one of ours but is unknown, revoked or replaced.
         """
         kind, _, rest = token.partition(".")
         ident, _, secret = rest.partition(".")
@@ -246,10 +252,11 @@ class WorkService:
         if found is None or found[1] is None or not _same(found[1], secret):
             raise Unauthorized("invalid sessions token")
         row = found[0]
-        if row.state == "stopped":
-            raise Unauthorized(f"the sessions token of work {row.id} expired: the item stopped")
         return SessionPrincipal(
-            environment_id=row.environment_id, session_id=row.session_id, work_id=row.id
+            environment_id=row.environment_id,
+            session_id=row.session_id,
+            work_id=row.id,
+            live=row.state != "stopped",
         )
 
 

@@ -1,0 +1,258 @@
+"""`corral hands`, Corral's own worker, serving self-hosted sessions on a real server in real
+bubblewrap sandboxes; SIGKILLed and SIGSTOPped for real.
+
+Work leases are 3 s here (conftest) so lost workers are noticed quickly.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import anthropic
+
+from tests.api.helpers import events, say
+from tests.fakes.messages_server import FakeModelServer, ScriptedTurns, Text, ToolUse, Turn
+from tests.self_hosted.conftest import WORK_TTL
+from tests.self_hosted.support import (
+    TOOLSET,
+    HandsProcess,
+    create_key,
+    results_for,
+    self_hosted_env,
+    text_of,
+    wait_until,
+)
+from tests.server import ServerProcess
+
+LOST = "interrupted: the outcome is unknown"
+SKILL_MD = b"---\nname: greeter\ndescription: Says hello.\n---\nSay hello politely.\n"
+
+
+def _agent(client: anthropic.Anthropic, **extra: Any) -> str:
+    return client.beta.agents.create(
+        model="claude-sonnet-4-5",
+        name="corral-hands",
+        tools=[TOOLSET],  # type: ignore[list-item]
+        **extra,
+    ).id
+
+
+def _workspace(root: Path, session_id: str) -> Path:
+    return root / "sessions" / session_id / "workspace"
+
+
+def _end_of_turn(client: anthropic.Anthropic, session_id: str, after: int = 0) -> None:
+    wait_until(
+        client,
+        session_id,
+        lambda e: (
+            e.type == "session.status_idle"
+            and e.stop_reason.type == "end_turn"
+            and len(events(client, session_id)) > after
+        ),
+        timeout=120,
+        what="the end of the turn",
+    )
+
+
+def test_corral_hands_serves_bash_write_with_confirmation_read_skills_and_memory(
+    server: ServerProcess, fake_model: FakeModelServer, tmp_path: Path
+) -> None:
+    client = server.client()
+    env_id = self_hosted_env(client)
+    key = create_key(server, env_id)
+    skill = client.beta.skills.create(files=[("greeter/SKILL.md", SKILL_MD, "text/markdown")])
+    store = client.beta.memory_stores.create(name="notes")
+    client.beta.memory_stores.memories.create(store.id, path="/seen.md", content="from the api")
+    fake_model.reset(
+        ScriptedTurns(
+            [
+                Turn([ToolUse("bash", {"command": "echo hi from $((40 + 2)) in $(pwd)"})]),
+                Turn([ToolUse("write", {"file_path": "notes.txt", "content": "remote hands"})]),
+                Turn([ToolUse("read", {"file_path": "notes.txt"})]),
+                Turn([ToolUse("bash", {"command": "cat /mnt/skills/greeter/SKILL.md"})]),
+                Turn(
+                    [
+                        ToolUse(
+                            "bash",
+                            {
+                                "command": "cat /mnt/memory/notes/seen.md; "
+                                "echo learned > /mnt/memory/notes/new.md"
+                            },
+                        )
+                    ]
+                ),  # fmt: skip
+                Turn([Text("done")]),
+            ],
+            repeat_last=True,
+        )
+    )
+    workdir = tmp_path / "hands"
+    worker = HandsProcess(server, env_id, key, workdir)
+    try:
+        session = client.beta.sessions.create(
+            agent=_agent(client, skills=[{"type": "custom", "skill_id": skill.id}]),
+            environment_id=env_id,
+            resources=[{"type": "memory_store", "memory_store_id": store.id}],
+        )
+        say(client, session.id, "go")
+        write = wait_until(
+            client,
+            session.id,
+            lambda e: e.type == "agent.tool_use" and e.name == "write",
+            timeout=120,
+            what="the write call",
+        )
+        assert write.evaluated_permission == "ask"
+        wait_until(
+            client,
+            session.id,
+            lambda e: (
+                e.type == "session.status_idle"
+                and e.stop_reason.type == "requires_action"
+                and write.id in e.stop_reason.event_ids
+            ),
+            what="requires_action naming the write",
+        )
+        notes = _workspace(workdir, session.id) / "notes.txt"
+        assert not notes.exists(), "ran before it was confirmed"
+        client.beta.sessions.events.send(
+            session.id,
+            events=[{"type": "user.tool_confirmation", "tool_use_id": write.id, "result": "allow"}],
+        )
+        _end_of_turn(client, session.id)
+        log = events(client, session.id)
+        uses = [e for e in log if e.type == "agent.tool_use"]
+        assert [u.name for u in uses] == ["bash", "write", "read", "bash", "bash"]
+        answers = [results_for(log, u.id) for u in uses]
+        assert all(len(a) == 1 and a[0].type == "user.tool_result" for a in answers), answers
+        assert "hi from 42 in /workspace" in text_of(answers[0][0])  # in the sandbox
+        assert "remote hands" in text_of(answers[2][0])
+        assert "Say hello politely." in text_of(answers[3][0])
+        assert "from the api" in text_of(answers[4][0])
+        assert not any(a[0].is_error for a in answers), [text_of(a[0]) for a in answers]
+        assert notes.read_text() == "remote hands"  # on the worker's machine
+        saved = client.beta.memory_stores.memories.list(store.id, view="full")
+        assert {m.path: m.content for m in saved if m.type == "memory"} == {
+            "/seen.md": "from the api",
+            "/new.md": "learned\n",
+        }
+        assert not [e for e in log if e.type.startswith("corral.")]
+    finally:
+        worker.stop()
+
+
+def test_killed_corral_hands_loses_only_its_call_and_the_next_worker_resumes(
+    server: ServerProcess, fake_model: FakeModelServer, tmp_path: Path
+) -> None:
+    client = server.client()
+    env_id = self_hosted_env(client)
+    key = create_key(server, env_id)
+    fake_model.reset(
+        ScriptedTurns(
+            [
+                Turn([ToolUse("bash", {"command": "echo ran >> first.txt; sleep 60"})]),
+                Turn([Text("the worker died")]),
+                Turn([ToolUse("bash", {"command": "echo ran >> second.txt"})]),
+                Turn([Text("done")]),
+            ],
+            repeat_last=True,
+        )
+    )
+    first = HandsProcess(server, env_id, key, tmp_path / "w1")
+    second: HandsProcess | None = None
+    try:
+        session = client.beta.sessions.create(agent=_agent(client), environment_id=env_id)
+        say(client, session.id, "start")
+        first_marker = _workspace(tmp_path / "w1", session.id) / "first.txt"
+        _wait_for_file(first_marker)
+        first.signal(signal.SIGKILL)
+        first.stop()
+        lost_use = next(e for e in events(client, session.id) if e.type == "agent.tool_use")
+        answer = wait_until(
+            client,
+            session.id,
+            lambda e: e.type == "user.tool_result" and e.tool_use_id == lost_use.id,
+            what="the lost call's error result",
+        )
+        assert answer.is_error and LOST in text_of(answer)
+        _end_of_turn(client, session.id)
+        # Another machine: an empty workdir. The next input queues an item it picks up.
+        second = HandsProcess(server, env_id, key, tmp_path / "w2")
+        before = len(events(client, session.id))
+        say(client, session.id, "again")
+        wait_until(
+            client,
+            session.id,
+            lambda e: e.type == "agent.message" and "done" in text_of(e),
+            timeout=120,
+            what="the second turn's end",
+        )
+        log = events(client, session.id)
+        assert len(log) > before
+        uses = [e for e in log if e.type == "agent.tool_use"]
+        assert len(uses) == 2
+        assert all(len(results_for(log, u.id)) == 1 for u in uses)
+        assert first_marker.read_text() == "ran\n"  # nothing ran twice
+        assert (_workspace(tmp_path / "w2", session.id) / "second.txt").read_text() == "ran\n"
+        assert not (_workspace(tmp_path / "w2", session.id) / "first.txt").exists()
+        assert second.executed() == 1
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+def test_corral_hands_paused_past_its_lease_is_refused_when_it_comes_back(
+    server: ServerProcess, fake_model: FakeModelServer, tmp_path: Path
+) -> None:
+    client = server.client()
+    env_id = self_hosted_env(client)
+    key = create_key(server, env_id)
+    fake_model.reset(
+        ScriptedTurns(
+            [
+                Turn([ToolUse("bash", {"command": "echo ran >> paused.txt; sleep 2"})]),
+                Turn([Text("ok")]),
+            ],
+            repeat_last=True,
+        )
+    )
+    worker = HandsProcess(server, env_id, key, tmp_path / "w")
+    try:
+        session = client.beta.sessions.create(agent=_agent(client), environment_id=env_id)
+        say(client, session.id, "start")
+        marker = _workspace(tmp_path / "w", session.id) / "paused.txt"
+        _wait_for_file(marker)
+        worker.signal(signal.SIGSTOP)
+        use = next(e for e in events(client, session.id) if e.type == "agent.tool_use")
+        answer = wait_until(
+            client,
+            session.id,
+            lambda e: e.type == "user.tool_result" and e.tool_use_id == use.id,
+            timeout=WORK_TTL + 30,
+            what="the paused call's error result",
+        )
+        assert answer.is_error and LOST in text_of(answer)
+        worker.signal(signal.SIGCONT)
+        deadline = time.monotonic() + 60
+        while "lease lost (412)" not in worker.log():
+            assert time.monotonic() < deadline, worker.log()
+            time.sleep(0.1)
+        _end_of_turn(client, session.id)
+        log = events(client, session.id)
+        assert len(results_for(log, use.id)) == 1  # the late result never landed
+        assert marker.read_text() == "ran\n"
+    finally:
+        worker.signal(signal.SIGCONT)
+        worker.stop()
+
+
+def _wait_for_file(path: Path, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
