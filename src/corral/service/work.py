@@ -115,10 +115,15 @@ class WorkService:
         if worker_id is not None and not 0 < len(worker_id) <= 256:
             raise BadRequest("Anthropic-Worker-ID: must be 1 to 256 characters")
         await self._environment(environment_id)
-        with anyio.move_on_after((block_ms or 0) / 1000):
+        if not block_ms:  # non-blocking: one look (a zero deadline would cancel even that)
+            return await self._poll_once(environment_id, worker_id, reclaim / 1000)
+        with anyio.move_on_after(block_ms / 1000):
             while True:
-                found = await self._poll_once(environment_id, worker_id, reclaim / 1000)
-                if found is not None or not block_ms:
+                # Shielded: an item handed out as the deadline passes is still returned,
+                # not left polled-but-lost until it is reclaimed.
+                with anyio.CancelScope(shield=True):
+                    found = await self._poll_once(environment_id, worker_id, reclaim / 1000)
+                if found is not None:
                     return found
                 await self.work.wait_for_queued(block_ms / 1000)
         return None
