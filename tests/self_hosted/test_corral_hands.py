@@ -15,7 +15,7 @@ import anthropic
 
 from tests.api.helpers import events, say
 from tests.fakes.messages_server import FakeModelServer, ScriptedTurns, Text, ToolUse, Turn
-from tests.self_hosted.conftest import WORK_TTL
+from tests.self_hosted.conftest import WORK_TTL, PatientServer
 from tests.self_hosted.support import (
     TOOLSET,
     HandsProcess,
@@ -25,7 +25,7 @@ from tests.self_hosted.support import (
     text_of,
     wait_until,
 )
-from tests.server import ServerProcess
+from tests.server import ServerProcess, backend_env
 
 LOST = "interrupted: the outcome is unknown"
 SKILL_MD = b"---\nname: greeter\ndescription: Says hello.\n---\nSay hello politely.\n"
@@ -256,3 +256,57 @@ def _wait_for_file(path: Path, timeout: float = 120.0) -> None:
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.05)
+
+
+def test_a_brain_crash_never_loses_the_workers_sandbox(
+    tmp_path: Path, fake_model: FakeModelServer, backend: str
+) -> None:
+    """The server is SIGKILLed and restarted between two calls of one session: the worker
+    keeps its lease (a long ttl here) and its sandbox, and runs the next call in it."""
+    fake_model.reset(
+        ScriptedTurns(
+            [
+                Turn([ToolUse("bash", {"command": "echo kept > /tmp/proof; echo first"})]),
+                Turn([Text("first done")]),
+                Turn([ToolUse("bash", {"command": "cat /tmp/proof"})]),
+                Turn([Text("second done")]),
+            ],
+            repeat_last=True,
+        )
+    )
+    with backend_env(backend) as env:
+        server = PatientServer(
+            tmp_path / "server",
+            model_url=fake_model.url,
+            env={**env, "CORRAL_WORK_TTL_SECONDS": "120"},
+        ).start()
+        worker: HandsProcess | None = None
+        try:
+            client = server.client()
+            env_id = self_hosted_env(client)
+            key = create_key(server, env_id)
+            # idle long enough to outlast the restart: leaving would be legitimate, not a loss
+            worker = HandsProcess(server, env_id, key, tmp_path / "w", max_idle=600)
+            session = client.beta.sessions.create(agent=_agent(client), environment_id=env_id)
+            say(client, session.id, "first")
+            _end_of_turn(client, session.id)
+            server.restart()  # SIGKILL: every brain of that process dies with it
+            client = server.client()
+            before = len(events(client, session.id))
+            say(client, session.id, "second")
+            wait_until(
+                client,
+                session.id,
+                lambda e: e.type == "agent.message" and "second done" in text_of(e),
+                timeout=180,
+                what="the second turn's end",
+            )
+            log = events(client, session.id)[before:]
+            result = next(e for e in log if e.type == "user.tool_result")
+            assert not result.is_error and text_of(result).strip() == "kept", text_of(result)
+            assert worker.log().count("serving session") == 1  # one item, one sandbox
+            assert len(client.beta.environments.work.list(env_id).data) == 1
+        finally:
+            if worker is not None:
+                worker.stop()
+            server.stop()

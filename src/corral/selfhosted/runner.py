@@ -95,8 +95,9 @@ class SessionRunner:
                     self._done.set()
                     return
                 log.warning("session %s: stream failed (%s)", self.session_id, exc)
-            except (anthropic.APIConnectionError, anthropic.APIResponseValidationError) as exc:
-                log.warning("session %s: stream dropped (%s)", self.session_id, exc)
+            except Exception as exc:  # the server went away mid-stream (its transport's own
+                # errors are not the SDK's), a bad frame…: reconnect and read the log again
+                log.warning("session %s: stream dropped (%r)", self.session_id, exc)
             await anyio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX)
 

@@ -291,15 +291,26 @@ class HandsWorker:
             self._serving.discard(session_id)
 
     async def _stop(self, client: anthropic.AsyncAnthropic, item: Any) -> None:
-        try:
-            await client.beta.environments.work.stop(
-                item.id, environment_id=item.environment_id, force=True
-            )
-        except anthropic.APIStatusError as exc:
-            if exc.status_code != 409:  # 409: already stopped
-                log.warning("work %s: force-stop refused (%s)", item.id, exc.status_code)
-        except anthropic.APIConnectionError as exc:
-            log.warning("work %s: force-stop failed (%s)", item.id, exc)
+        """Force-stop an item this worker is done with, so the session's next input queues a
+        fresh one at once (an item left live would wait for its lease to expire). Retried
+        while the server is unreachable, for a while."""
+        delay = 1.0
+        for _ in range(6):
+            try:
+                await client.beta.environments.work.stop(
+                    item.id, environment_id=item.environment_id, force=True
+                )
+                return
+            except anthropic.APIStatusError as exc:
+                if exc.status_code < 500:  # 409: already stopped; 401: it stopped and its
+                    if exc.status_code != 409:  # token died with it
+                        log.warning("work %s: force-stop refused (%s)", item.id, exc.status_code)
+                    return
+                log.warning("work %s: force-stop failed (%s)", item.id, exc.status_code)
+            except anthropic.APIConnectionError as exc:
+                log.warning("work %s: force-stop failed (%s)", item.id, exc)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 15.0)
 
     async def aclose(self) -> None:
         """Destroy every sandbox."""
