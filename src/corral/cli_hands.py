@@ -39,6 +39,9 @@ def hands(
         float, typer.Option(help="Seconds a finished session is kept before leaving it.")
     ] = 60.0,
     capacity: Annotated[int, typer.Option(help="Sessions served at once.")] = 4,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Data directory (for the default workdir).")
+    ] = None,
 ) -> None:
     """Serve a self_hosted environment's sessions here, in bubblewrap sandboxes (the key is
     read from CORRAL_ENVIRONMENT_KEY)."""
@@ -59,7 +62,7 @@ def hands(
             console.print(f"[red]corral hands:[/] {problem}")
         raise typer.Exit(2)
     try:
-        settings = load_settings()
+        settings = load_settings({"data_dir": data_dir})
     except ValueError as exc:
         console.print(f"[red]configuration error:[/] {exc}")
         raise typer.Exit(2) from exc

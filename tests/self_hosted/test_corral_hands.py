@@ -19,6 +19,7 @@ from tests.self_hosted.conftest import WORK_TTL, PatientServer
 from tests.self_hosted.support import (
     TOOLSET,
     HandsProcess,
+    cli,
     create_key,
     results_for,
     self_hosted_env,
@@ -310,3 +311,20 @@ def test_a_brain_crash_never_loses_the_workers_sandbox(
             if worker is not None:
                 worker.stop()
             server.stop()
+
+
+def test_corral_hands_refuses_a_missing_or_revoked_key(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    client = server.client()
+    env_id = self_hosted_env(client)
+    key = create_key(server, env_id)
+    missing = cli(server, "hands", "--url", server.url, "--environment", env_id)
+    assert missing.returncode == 2 and "CORRAL_ENVIRONMENT_KEY" in missing.stderr
+    assert cli(server, "env-key", "revoke", key.split(".")[1]).returncode == 0
+    revoked = HandsProcess(server, env_id, key, tmp_path / "w")
+    try:
+        assert revoked.proc.wait(timeout=240) == 1
+        assert "revoked" in revoked.log()
+    finally:
+        revoked.stop()
