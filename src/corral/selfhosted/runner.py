@@ -122,8 +122,7 @@ class SessionRunner:
         for held in list(self._held.values()):
             if held.id in self._verdicts:
                 await self._route(held)
-        if last_ended:
-            self._idle_since = time.monotonic()
+        self._idle_since = time.monotonic() if last_ended else None
 
     async def _note(self, event: Any) -> None:
         """One live event."""
@@ -190,8 +189,9 @@ class SessionRunner:
         return await self.execute(call.name, dict(call.input or {}))
 
     async def _post(self, tool_use_id: str, output: ToolOutput) -> None:
-        """Send the result; transient failures are retried, a refusal (the call was answered
-        meanwhile, e.g. as lost) is final."""
+        """Send the result; transient failures are retried for as long as the lease holds
+        (the worker's heartbeat ends the run once it is lost), a refusal (the call was
+        answered meanwhile, e.g. as lost) is final."""
         event: Any = {
             "type": "user.tool_result",
             "tool_use_id": tool_use_id,
@@ -199,7 +199,7 @@ class SessionRunner:
             "is_error": output.is_error,
         }
         delay = _BACKOFF_START
-        for _ in range(8):
+        while True:
             try:
                 await self.client.beta.sessions.events.send(self.session_id, events=[event])
                 self._answered.add(tool_use_id)
@@ -214,7 +214,6 @@ class SessionRunner:
                 log.warning("session %s: posting a result failed (%s)", self.session_id, exc)
             await anyio.sleep(delay)
             delay = min(delay * 2, _BACKOFF_MAX)
-        log.error("session %s: gave up posting the result of %s", self.session_id, tool_use_id)
 
     async def _idle_watch(self) -> None:
         while not self._done.is_set():
