@@ -140,11 +140,17 @@ class HandsWorker:
     # ---- polling -----------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Poll and serve until cancelled."""
+        """Poll and serve until cancelled.
+
+        Raises:
+            anthropic.APIStatusError: the server refused a poll for good (a 4xx such as a
+                revoked key or an unknown environment); sessions being served are left.
+        """
         client = self._client(self.config.environment_key)
         backoff = 1.0
+        fatal: anthropic.APIStatusError | None = None
         async with anyio.create_task_group() as tg:
-            while True:
+            while fatal is None:
                 await self._limiter.acquire()
                 try:
                     item: Any = await client.beta.environments.work.poll(
@@ -155,7 +161,9 @@ class HandsWorker:
                 except anthropic.APIStatusError as exc:
                     self._limiter.release()
                     if exc.status_code < 500 and exc.status_code not in (408, 429):
-                        raise  # a bad key or environment: retrying will not help
+                        fatal = exc  # a bad key or environment: retrying will not help
+                        tg.cancel_scope.cancel()
+                        break
                     log.warning("poll failed (%s); retrying in %.0fs", exc.status_code, backoff)
                     await anyio.sleep(backoff)
                     backoff = min(backoff * 2, _BACKOFF_MAX)
@@ -172,6 +180,8 @@ class HandsWorker:
                     await anyio.sleep(random.uniform(*_EMPTY_SLEEP))
                     continue
                 tg.start_soon(self._claimed, client, item)
+        if fatal is not None:
+            raise fatal
 
     async def _claimed(self, client: anthropic.AsyncAnthropic, item: Any) -> None:
         try:
