@@ -1,12 +1,13 @@
 """Self-hosted hands vs the cloud path, side by side in one run (real server subprocess, the
-SDK's own `EnvironmentWorker` as a subprocess, the wire-level fake model; loopback only).
+SDK's own `EnvironmentWorker` and `corral hands` as subprocesses, the wire-level fake model;
+loopback only).
 
 Usage: uv run python bench/worker.py [--rounds 20] [--leases 30]
 
 (1) From just before `events.send` to the first tool execution, for a bash call the model
     makes at once: the command prints the wall clock (`date +%s.%N`) when it runs, on the
-    worker's host (self-hosted) or in a bubblewrap sandbox (cloud, provisioned once before
-    measuring). Same session shape, same fake model, alternating rounds.
+    SDK worker's host, or in a bubblewrap sandbox (cloud, and `corral hands`; both provisioned
+    once before measuring). Same session shape, same fake model, rounds interleaved.
 (2) Work-queue lease latency: poll (with an item waiting) -> ack -> first heartbeat, timed
     call by call with the SDK and an environment key.
 Prints p50/p95; asserts no timings.
@@ -25,7 +26,7 @@ import _util
 import anthropic
 from tests.api.helpers import say, wait_idle
 from tests.fakes.messages_server import FakeModelServer, Text, ToolUse, Turn
-from tests.self_hosted.support import WorkerProcess, create_key, self_hosted_env
+from tests.self_hosted.support import HandsProcess, WorkerProcess, create_key, self_hosted_env
 from tests.server import ServerProcess
 
 CLOCK = "date +%s.%N"
@@ -97,6 +98,7 @@ def main() -> int:
     with FakeModelServer(answer) as fake:
         server = ServerProcess(folder / "server", model_url=fake.url).start()
         worker: WorkerProcess | None = None
+        hands: HandsProcess | None = None
         try:
             client = server.client()
             cloud_env = client.beta.environments.create(name="cloud", config={"type": "cloud"})
@@ -105,16 +107,24 @@ def main() -> int:
             key = create_key(server, hosted_env)
             worker = WorkerProcess(server, hosted_env, key, folder / "hands", WORKER_MAX_IDLE="600")
             hosted = session_on(client, hosted_env)
-            one_round(client, cloud)  # warm: the sandbox is provisioned, the worker attached
-            one_round(client, hosted)
-            times: dict[str, list[float]] = {"cloud": [], "self_hosted": []}
+            hands_env = self_hosted_env(client)
+            hands_key = create_key(server, hands_env)
+            hands = HandsProcess(
+                server, hands_env, hands_key, folder / "corral-hands", max_idle=600
+            )
+            ours = session_on(client, hands_env)
+            sessions = {"cloud": cloud, "SDK worker": hosted, "corral hands": ours}
+            for session_id in sessions.values():  # warm: sandboxes provisioned, workers attached
+                one_round(client, session_id)
+            times: dict[str, list[float]] = {name: [] for name in sessions}
             for _ in range(args.rounds):
-                times["cloud"].append(one_round(client, cloud))
-                times["self_hosted"].append(one_round(client, hosted))
+                for name, session_id in sessions.items():
+                    times[name].append(one_round(client, session_id))
             leases = lease_latencies(server, client, args.leases)
         finally:
-            if worker is not None:
-                worker.stop()
+            for process in (worker, hands):
+                if process is not None:
+                    process.stop()
             server.stop()
     series = {f"send -> first tool execution, {k}": v for k, v in times.items()}
     series.update({f"lease: {k}": v for k, v in leases.items()})

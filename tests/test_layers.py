@@ -66,7 +66,17 @@ FORBIDDEN = {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files", "tools", "config", "outbound", "netpolicy",
     },
+    "selfhosted": {
+        "api", "runtime", "store", "session", "models", "demo", "vault", "cli", "mcp",
+    },
 }  # fmt: skip
+
+# package -> for a corral package it may use only in part, the only modules it may import
+ONLY = {
+    # `corral hands` talks to the server over HTTP: of the server side it may use the sandbox
+    # pool and the skill-archive reader, nothing that reads or writes the store.
+    "selfhosted": {"brain": {"brain.sandboxes"}, "service": {"service.skill_bundle"}},
+}
 
 
 def corral_imports(path: Path) -> set[str]:
@@ -94,4 +104,16 @@ def test_package_respects_dependency_direction(package: str) -> None:
         for imported in corral_imports(path):
             if any(imported == f or imported.startswith(f + ".") for f in FORBIDDEN[package]):
                 bad.append(f"{path.relative_to(SRC)} imports corral.{imported}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("package", sorted(ONLY))
+def test_package_uses_only_the_allowed_parts(package: str) -> None:
+    bad = []
+    for path in sorted((SRC / package).rglob("*.py")):
+        for imported in corral_imports(path):
+            for part, allowed in ONLY[package].items():
+                inside = imported == part or imported.startswith(part + ".")
+                if inside and imported not in allowed:
+                    bad.append(f"{path.relative_to(SRC)} imports corral.{imported}")
     assert not bad, "\n".join(bad)

@@ -1,4 +1,4 @@
-"""The `corral` command: serve, worker, demo, migrate, status, vault-rekey."""
+"""The `corral` command: serve, worker, hands, demo, migrate, status, vault-rekey."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from corral.cli_envkeys import env_key_app
+from corral.cli_hands import hands
 from corral.config import Settings, ensure_api_keys, load_settings
 from corral.serving import serve_async, tune_gc
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(env_key_app, name="env-key")
+app.command("hands")(hands)
 console = Console(stderr=True)
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.")]

@@ -15,6 +15,7 @@ import anthropic
 
 from tests.api.helpers import events
 from tests.server import ServerProcess
+from tests.uids import ENV_VALUE as UIDS
 
 TOOLSET = {
     "type": "agent_toolset_20260401",
@@ -61,19 +62,17 @@ class WorkerProcess:
         child_env.update(env, CORRAL_ENVIRONMENT_KEY=key)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.self_hosted.sdk_worker",
-                    server.url,
-                    environment_id,
-                    str(workdir),
-                ],
+                self.command(server.url, environment_id, workdir),
                 env=child_env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def command(self, url: str, environment_id: str, workdir: Path) -> list[str]:
+        """The worker's command line."""
+        module = "tests.self_hosted.sdk_worker"
+        return [sys.executable, "-m", module, url, environment_id, str(workdir)]
 
     def log(self) -> str:
         """What the worker logged so far."""
@@ -120,3 +119,34 @@ def results_for(log: list[Any], tool_use_id: str) -> list[Any]:
 def text_of(event: Any) -> str:
     """The text blocks of a result event, joined."""
     return "".join(getattr(block, "text", "") for block in event.content or [])
+
+
+class HandsProcess(WorkerProcess):
+    """`corral hands` (Corral's own worker, bubblewrap sandboxes) in its own process."""
+
+    def __init__(
+        self,
+        server: ServerProcess,
+        environment_id: str,
+        key: str,
+        workdir: Path,
+        *,
+        max_idle: float = 30.0,
+        **env: str,
+    ) -> None:
+        self.max_idle = max_idle
+        env.setdefault("CORRAL_SANDBOX_UID_RANGE", UIDS)
+        env.setdefault("CORRAL_CONFIG", str(workdir / "none.toml"))
+        super().__init__(server, environment_id, key, workdir, **env)
+
+    def command(self, url: str, environment_id: str, workdir: Path) -> list[str]:
+        """`corral hands --url … --environment … --workdir …`."""
+        max_idle = str(self.max_idle)
+        return [
+            sys.executable, "-m", "corral", "hands", "--url", url, "--environment",
+            environment_id, "--workdir", str(workdir), "--max-idle", max_idle,
+        ]  # fmt: skip
+
+    def executed(self) -> int:
+        """How many tool calls the worker ran (from its log)."""
+        return self.log().count(": running ")

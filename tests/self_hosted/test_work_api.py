@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anthropic
@@ -148,6 +150,13 @@ def test_a_worker_back_after_its_lease_expired_is_refused(server: ServerProcess)
         )
     assert late.value.status_code == 412
     assert late.value.body["error"]["details"]["current_state"]["state"] == "stopped"  # type: ignore[index]
+    with pytest.raises(anthropic.APIStatusError) as by_token:  # as the SDK's worker beats
+        lease.beta.environments.work.heartbeat(
+            item.id, environment_id=env_id, expected_last_heartbeat=beat.last_heartbeat
+        )
+    assert by_token.value.status_code == 412
+    with pytest.raises(anthropic.AuthenticationError):
+        lease.beta.environments.work.stop(item.id, environment_id=env_id, force=True)
     with pytest.raises(anthropic.AuthenticationError):
         lease.beta.sessions.retrieve(session_id)
 
@@ -204,3 +213,93 @@ def test_credential_boundaries(server: ServerProcess) -> None:
     with pytest.raises(anthropic.AuthenticationError):
         worker_a.beta.environments.work.poll(env_a)
     assert cli(server, "env-key", "revoke", key_id).returncode == 1
+
+
+def test_a_session_whose_worker_left_is_queued_again_on_new_input(server: ServerProcess) -> None:
+    admin = server.client()
+    env_id = self_hosted_env(admin)
+    worker = as_bearer(server, create_key(server, env_id))
+    work = worker.beta.environments.work
+    session_id = new_session(admin, env_id)
+    first = poll_until(worker, env_id)
+    work.ack(first.id, environment_id=env_id)
+    work.stop(first.id, environment_id=env_id, force=True)  # the worker left
+    assert work.poll(env_id) is None
+    admin.beta.sessions.events.send(
+        session_id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hi"}]}]
+    )
+    again = poll_until(worker, env_id)
+    assert again.data.id == session_id and again.id != first.id
+    # While that item is live, more input queues nothing more.
+    admin.beta.sessions.events.send(
+        session_id, events=[{"type": "user.message", "content": [{"type": "text", "text": "?"}]}]
+    )
+    assert work.poll(env_id) is None
+    assert sorted(w.id for w in work.list(env_id)) == sorted([first.id, again.id])
+
+
+def test_two_workers_polling_one_environment_never_get_one_item(server: ServerProcess) -> None:
+    """100 races of two pollers for one queued item, then of two acks for it."""
+    admin = server.client()
+    env_id = self_hosted_env(admin)
+    key = create_key(server, env_id)
+    workers = [as_bearer(server, key), as_bearer(server, key)]
+    agent = admin.beta.agents.create(
+        model="claude-sonnet-4-5",
+        name="race",
+        tools=[TOOLSET],  # type: ignore[list-item]
+    )
+
+    def poll(worker: anthropic.Anthropic, start: threading.Barrier) -> Any:
+        start.wait()
+        return worker.beta.environments.work.poll(env_id, reclaim_older_than_ms=0)
+
+    def ack(worker: anthropic.Anthropic, work_id: str, start: threading.Barrier) -> int:
+        start.wait()
+        try:
+            worker.beta.environments.work.ack(work_id, environment_id=env_id)
+        except anthropic.ConflictError:
+            return 409
+        return 200
+
+    with ThreadPoolExecutor(2) as pool:
+        for trial in range(100):
+            session = admin.beta.sessions.create(agent=agent.id, environment_id=env_id)
+            start = threading.Barrier(2)
+            got = list(pool.map(poll, workers, [start, start]))
+            held = [g for g in got if g is not None]
+            assert held and all(g.data.id == session.id for g in held), f"trial {trial}: {got}"
+            start = threading.Barrier(2)
+            acks = list(pool.map(ack, workers, [held[0].id] * 2, [start, start]))
+            assert sorted(acks) == [200, 409], f"trial {trial}: {acks}"
+            workers[0].beta.environments.work.stop(held[0].id, environment_id=env_id, force=True)
+
+
+def test_memory_needs_a_sessions_token_of_a_session_that_mounts_the_store(
+    server: ServerProcess,
+) -> None:
+    admin = server.client()
+    env_id = self_hosted_env(admin)
+    key = create_key(server, env_id)
+    worker = as_bearer(server, key)
+    mounted = admin.beta.memory_stores.create(name="mounted")
+    other = admin.beta.memory_stores.create(name="other")
+    agent = admin.beta.agents.create(model="claude-sonnet-4-5", name="m")
+    admin.beta.sessions.create(
+        agent=agent.id,
+        environment_id=env_id,
+        resources=[{"type": "memory_store", "memory_store_id": mounted.id}],
+    )
+    item = poll_until(worker, env_id)
+    scoped = as_bearer(server, sessions_token(item))
+    scoped.beta.memory_stores.memories.create(mounted.id, path="/a.md", content="ok")
+    assert [m.path for m in scoped.beta.memory_stores.memories.list(mounted.id)] == ["/a.md"]  # type: ignore[union-attr]
+    with pytest.raises(anthropic.PermissionDeniedError):
+        scoped.beta.memory_stores.memories.list(other.id)
+    with pytest.raises(anthropic.PermissionDeniedError):
+        scoped.beta.memory_stores.list()
+    with pytest.raises(anthropic.PermissionDeniedError):
+        worker.beta.memory_stores.memories.list(mounted.id)  # the environment key
+    worker.beta.environments.work.stop(item.id, environment_id=env_id, force=True)
+    with pytest.raises(anthropic.AuthenticationError):  # the item stopped: the token died
+        scoped.beta.memory_stores.memories.list(mounted.id)

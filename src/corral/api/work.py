@@ -115,6 +115,21 @@ class WorkerAuth:
         principal = await self.service.authenticate(token) if token else None
         if principal is None:
             return Unauthorized("invalid or missing API key")
+        if isinstance(principal, SessionPrincipal) and not principal.live:
+            # A worker back after its lease expired (e.g. it was paused) learns it from its
+            # heartbeat's 412; every other call of a stopped item's token is refused.
+            work = _WORK.match(path)
+            if (
+                method == "POST"
+                and work is not None
+                and work["env"] == principal.environment_id
+                and work["item"] == principal.work_id
+                and work["op"] == "heartbeat"
+            ):
+                return None
+            return Unauthorized(
+                f"the sessions token of work {principal.work_id} expired: the item stopped"
+            )
         if await self._allows(principal, method, path):
             return None
         if _MEMORY.match(path) and isinstance(principal, EnvironmentPrincipal):

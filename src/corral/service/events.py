@@ -118,6 +118,8 @@ class EventService:
             bodies.append(client_event(body))
         wake = any(b["type"] in _WAKES for b in bodies)
         stored = await self.store.append_checked(session_id, bodies, _check, wake=wake)
+        if any(b["type"] == "user.message" for b in bodies):
+            await self.sessions.input_arrived(row)
         return {"data": [s.body for s in stored]}
 
     async def _self_hosted(self, environment_id: str) -> bool:

@@ -124,6 +124,16 @@ class SessionService:
             await self._work.ensure_work(row.environment_id, row.id, self._work_ttl)
         return await self.get(row.id)
 
+    async def input_arrived(self, row: SessionRow) -> None:
+        """A self-hosted session received a new user message: queue a work item unless one
+        is live, so a session whose worker left gets hands again (an item is also queued when
+        the brain waits on a built-in call; `ensure_work` keeps it to one live item)."""
+        if self._work is None:
+            return
+        env = await self.store.get_resource("environment", row.environment_id)
+        if env is not None and env.body["config"]["type"] == "self_hosted":
+            await self._work.ensure_work(row.environment_id, row.id, self._work_ttl)
+
     def _checked_budget(self, agent: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
         """A budget as stored, for a session running `agent`; 400s say why not."""
         try:

@@ -54,6 +54,9 @@ class SessionPrincipal:
     environment_id: str
     session_id: str
     work_id: str
+    live: bool = True
+    """False once the item stopped: the token then only reaches its own item's heartbeat,
+    which answers 412 to a worker whose lease was lost (see `api.work.WorkerAuth`)."""
 
 
 Principal = EnvironmentPrincipal | SessionPrincipal
@@ -112,10 +115,15 @@ class WorkService:
         if worker_id is not None and not 0 < len(worker_id) <= 256:
             raise BadRequest("Anthropic-Worker-ID: must be 1 to 256 characters")
         await self._environment(environment_id)
-        with anyio.move_on_after((block_ms or 0) / 1000):
+        if not block_ms:  # non-blocking: one look (a zero deadline would cancel even that)
+            return await self._poll_once(environment_id, worker_id, reclaim / 1000)
+        with anyio.move_on_after(block_ms / 1000):
             while True:
-                found = await self._poll_once(environment_id, worker_id, reclaim / 1000)
-                if found is not None or not block_ms:
+                # Shielded: an item handed out as the deadline passes is still returned,
+                # not left polled-but-lost until it is reclaimed.
+                with anyio.CancelScope(shield=True):
+                    found = await self._poll_once(environment_id, worker_id, reclaim / 1000)
+                if found is not None:
                     return found
                 await self.work.wait_for_queued(block_ms / 1000)
         return None
@@ -222,8 +230,11 @@ class WorkService:
     async def authenticate(self, token: str) -> Principal | None:
         """The principal a worker credential names, or None when it is not one of ours.
 
+        A stopped item's sessions token authenticates with `live=False` (the caller refuses
+        everything but its heartbeat).
+
         Raises:
-            Unauthorized: it is shaped like one of ours but is unknown, revoked or expired.
+            Unauthorized: it is shaped like one of ours but is unknown, revoked or replaced.
         """
         kind, _, rest = token.partition(".")
         ident, _, secret = rest.partition(".")
@@ -246,10 +257,11 @@ class WorkService:
         if found is None or found[1] is None or not _same(found[1], secret):
             raise Unauthorized("invalid sessions token")
         row = found[0]
-        if row.state == "stopped":
-            raise Unauthorized(f"the sessions token of work {row.id} expired: the item stopped")
         return SessionPrincipal(
-            environment_id=row.environment_id, session_id=row.session_id, work_id=row.id
+            environment_id=row.environment_id,
+            session_id=row.session_id,
+            work_id=row.id,
+            live=row.state != "stopped",
         )
 
 
