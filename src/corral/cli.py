@@ -162,6 +162,8 @@ def demo(
     from corral.demo.embedded import run_embedded_demo
 
     settings = _settings(data_dir=data_dir)
+    # the story is the demo's output: no line per request of its own client on top of it
+    logging.getLogger("corral.http").setLevel(logging.WARNING)
     raise typer.Exit(run_embedded_demo(settings, model=model))
 
 
