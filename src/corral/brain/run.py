@@ -141,7 +141,8 @@ class Run:
             folded = Folded(state=SessionState(), transcript=Transcript())
         self.state = folded.state
         self.transcript = folded.transcript
-        self.telemetry = RunTelemetry(fence.session_id, str(self.agent["model"]["id"]))
+        model = (self.agent.get("model") or {}).get("id")
+        self.telemetry = RunTelemetry(fence.session_id, str(model or "unknown"))
 
     @property
     def agent(self) -> dict[str, Any]:
