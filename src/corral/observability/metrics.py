@@ -38,7 +38,7 @@ TURN_DURATION = Histogram(
 )
 MODEL_REQUESTS = Counter(
     "corral_model_requests",
-    "Model requests by model and outcome (ok, error, interrupted).",
+    "Model requests by model and outcome (ok; error, which includes interrupted ones).",
     ["model", "outcome"],
     registry=REGISTRY,
 )
@@ -57,8 +57,8 @@ MODEL_TOKENS = Counter(
 )
 TOOL_CALLS = Counter(
     "corral_tool_calls",
-    "Tool calls run by the brain, by tool (built-in name, or `mcp`) and outcome "
-    "(ok, error, interrupted, denied).",
+    "Tool calls answered by the brain, by tool (built-in name, or `mcp`) and outcome "
+    "(ok, error, denied).",
     ["tool", "outcome"],
     registry=REGISTRY,
 )
