@@ -34,7 +34,8 @@ def metrics_endpoint(queue: WorkQueue) -> Callable[[Request], Awaitable[Response
 
 class AccessLog:
     """Outermost middleware: gives every response a `request-id` (error envelopes already
-    carry theirs) and logs method, path, status, duration and that id once it is done.
+    carry theirs) and logs method, path, status, duration and that id once it is done
+    (`GET /health`, polled by load balancers and probes, only at DEBUG).
 
     Never logs headers or query strings: they may carry keys and tokens.
     """
@@ -64,7 +65,8 @@ class AccessLog:
         try:
             await self.app(scope, receive, tagged)
         finally:
-            log.info(
+            log.log(
+                logging.DEBUG if scope.get("path") == "/health" else logging.INFO,  # probes
                 "%s %s %s",
                 scope.get("method"),
                 scope.get("path"),
