@@ -62,6 +62,11 @@ FORBIDDEN = {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files", "tools", "config", "vault", "wire",
     },
+    "observability": {
+        "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
+        "demo", "files", "tools", "config", "vault", "wire", "mcp", "netpolicy", "outbound",
+        "pricing", "ids", "errors",
+    },
     "web_search_config.py": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files", "tools", "config", "outbound", "netpolicy",

@@ -16,12 +16,14 @@ from rich.markup import escape
 from corral.cli_envkeys import env_key_app
 from corral.cli_hands import hands
 from corral.config import Settings, ensure_api_keys, load_settings
-from corral.serving import serve_async, tune_gc
+from corral.observability.logs import fields, setup_logging
+from corral.serving import serve_async, traced, tune_gc
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(env_key_app, name="env-key")
 app.command("hands")(hands)
 console = Console(stderr=True)
+log = logging.getLogger("corral")
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.")]
 DatabaseUrl = Annotated[
@@ -56,22 +58,46 @@ def serve(
             f"[bold green]Generated API key[/] (stored in {settings.data_dir}/api_key,"
             f" shown once): [bold]{new_key}[/]"
         )
-    console.print(
-        f"Corral listening on http://{settings.host}:{settings.port} "
-        f"(data: {settings.database_url or settings.sqlite_path}); "
-        f"web console: http://{settings.host}:{settings.port}/console"
+    log.info(
+        "Corral listening on http://%s:%s (web console: http://%s:%s/console)",
+        settings.host,
+        settings.port,
+        settings.host,
+        settings.port,
+        extra=fields(kind="start", store="postgresql" if _pg(settings) else "sqlite"),
     )
     raise_fd_limit(settings)
     anyio.run(serve_async, settings)
 
 
 async def worker_async(settings: Settings) -> None:
-    """Run brains (and their local sandboxes) without an HTTP server."""
+    """Run brains (and their local sandboxes); an HTTP server only for /metrics, if asked."""
     from corral.runtime import open_runtime
 
-    async with open_runtime(settings) as runtime:
+    async with traced(settings), open_runtime(settings) as runtime:
         tune_gc()
-        await runtime.scheduler.run()  # brains, and the tick keeping sandboxes with sessions
+        async with anyio.create_task_group() as tg:
+            if settings.metrics_port is not None:
+                tg.start_soon(_serve_metrics, runtime)
+            await runtime.scheduler.run()  # brains, and the tick keeping sandboxes with sessions
+            tg.cancel_scope.cancel()
+
+
+async def _serve_metrics(runtime: Any) -> None:
+    import uvicorn
+
+    from corral.api.app import create_metrics_asgi
+
+    settings = runtime.settings
+    config = uvicorn.Config(
+        create_metrics_asgi(runtime),
+        host=settings.host,
+        port=settings.metrics_port,
+        log_level="warning",
+        log_config=None,
+        lifespan="off",
+    )
+    await uvicorn.Server(config).serve()
 
 
 @app.command()
@@ -79,18 +105,29 @@ def worker(
     database_url: DatabaseUrl = None,
     data_dir: DataDir = None,
     workers: Annotated[int | None, typer.Option(help="Brain slots in this process.")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve GET /metrics on this port (host: [server] host).")
+    ] = None,
 ) -> None:
     """Run brain workers only, against a shared PostgreSQL database."""
-    settings = _settings(data_dir=data_dir, database_url=database_url, workers=workers)
+    settings = _settings(
+        data_dir=data_dir, database_url=database_url, workers=workers, metrics_port=metrics_port
+    )
+    if settings.metrics_port is not None:
+        settings, _ = ensure_api_keys(settings)  # /metrics takes the API processes' keys
     if not (settings.database_url or "").startswith(("postgres://", "postgresql://")):
         console.print(
             "[red]corral worker needs --database-url postgresql://… (the embedded "
             "SQLite store belongs to one `corral serve` process)[/]"
         )
         raise typer.Exit(2)
-    console.print(f"Corral worker: {settings.workers} brain slots on {settings.database_url}")
+    log.info("Corral worker: %d brain slots", settings.workers, extra=fields(kind="start"))
     raise_fd_limit(settings)
     anyio.run(worker_async, settings)
+
+
+def _pg(settings: Settings) -> bool:
+    return (settings.database_url or "").startswith(("postgres://", "postgresql://"))
 
 
 def raise_fd_limit(settings: Settings) -> int:
@@ -108,12 +145,14 @@ def raise_fd_limit(settings: Settings) -> int:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
         except (ValueError, OSError) as exc:
-            console.print(f"[yellow]cannot raise the open-file limit above {soft}:[/] {exc}")
+            log.warning("cannot raise the open-file limit above %d: %s", soft, exc)
     per_sandbox = 2 * settings.egress_max_connections + 16  # proxy + the sandbox's own pipes
     if soft // per_sandbox < 100:
-        console.print(
-            f"[yellow]open-file limit {soft}:[/] room for about {soft // per_sandbox} sandboxes "
-            "with saturated egress proxies; raise the hard limit (LimitNOFILE=) for more"
+        log.warning(
+            "open-file limit %d: room for about %d sandboxes with saturated egress proxies; "
+            "raise the hard limit (LimitNOFILE=) for more",
+            soft,
+            soft // per_sandbox,
         )
     return soft
 
@@ -127,6 +166,8 @@ def demo(
     from corral.demo.embedded import run_embedded_demo
 
     settings = _settings(data_dir=data_dir)
+    # the story is the demo's output: no line per request of its own client on top of it
+    logging.getLogger("corral.http").setLevel(logging.WARNING)
     raise typer.Exit(run_embedded_demo(settings, model=model))
 
 
@@ -195,8 +236,5 @@ def status(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
 
 def main() -> None:
     """Entry point of the console script."""
-    logging.basicConfig(
-        level=os.environ.get("CORRAL_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    setup_logging(os.environ.get("CORRAL_LOG_LEVEL", "INFO"))
     app()

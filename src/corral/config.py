@@ -76,6 +76,17 @@ class Settings:
     vault_key: str | None = None
     """`CORRAL_VAULT_KEY`: comma-separated vault keys, newest first (see docs/vaults.md);
     unset means a key generated once into `data_dir/vault.key`."""
+    metrics_public: bool = False
+    """`[metrics] public` / `CORRAL_METRICS_PUBLIC=1`: serve /metrics without an API key."""
+    metrics_port: int | None = None
+    """`[metrics] port` / `--metrics-port`: where `corral worker` serves its /metrics (a
+    worker has no API port; `corral serve` always serves /metrics on its own port)."""
+    tracing_endpoint: str | None = None
+    """`[tracing] endpoint` / `OTEL_EXPORTER_OTLP_ENDPOINT`: an OTLP/HTTP collector's base
+    URL (`/v1/traces` is appended), or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, a full traces
+    URL. None: no traces are exported."""
+    tracing_service_name: str = "corral"
+    """`[tracing] service_name` / `OTEL_SERVICE_NAME`: the traces' `service.name`."""
     web_search: WebSearchConfig | None = None
     """`[web_search]` / `CORRAL_WEB_SEARCH_*`: the provider serving the `web_search` tool
     (None: enabling it is refused; see docs/web_search.md)."""
@@ -139,6 +150,7 @@ def _from_toml(doc: dict[str, Any]) -> dict[str, Any]:
         out["sandbox_uid_range"] = _uid_range(server["sandbox_uid_range"])
     if "models" in doc:
         out["model_routes"] = tuple(parse_routes(doc["models"]))
+    out.update(_observability_from_toml(doc))
     egress = doc.get("egress", {})
     if "allow_private" in egress:
         out["egress_allow_private"] = _allow_private(egress["allow_private"])
@@ -146,6 +158,64 @@ def _from_toml(doc: dict[str, Any]) -> dict[str, Any]:
         if key in egress:
             out[f"egress_{key}"] = _positive(f"[egress] {key}", kind(egress[key]))
     return out
+
+
+def _observability_from_toml(doc: dict[str, Any]) -> dict[str, Any]:
+    """`[metrics]` and `[tracing]` (docs/observability.md); wrong types are refused."""
+    out: dict[str, Any] = {}
+    metrics, tracing = doc.get("metrics", {}), doc.get("tracing", {})
+    if "public" in metrics:
+        if not isinstance(metrics["public"], bool):
+            raise ValueError("[metrics] public must be true or false")
+        out["metrics_public"] = metrics["public"]
+    if "port" in metrics:
+        out["metrics_port"] = _port("[metrics] port", metrics["port"])
+    for key in ("endpoint", "service_name"):
+        if key in tracing:
+            if not isinstance(tracing[key], str) or not tracing[key].strip():
+                raise ValueError(f"[tracing] {key} must be a non-empty string")
+            out[f"tracing_{key}"] = tracing[key].strip()
+    if "tracing_endpoint" in out:
+        out["tracing_endpoint"] = _traces_url("[tracing] endpoint", out["tracing_endpoint"])
+    return out
+
+
+def _observability_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """`CORRAL_METRICS_PUBLIC`, `CORRAL_METRICS_PORT` and the standard OTEL_* variables."""
+    out: dict[str, Any] = {}
+    public = env.get("CORRAL_METRICS_PUBLIC")
+    if public:
+        if public not in ("0", "1"):
+            raise ValueError(f"CORRAL_METRICS_PUBLIC must be 0 or 1, got {public!r}")
+        out["metrics_public"] = public == "1"
+    if env.get("CORRAL_METRICS_PORT"):
+        out["metrics_port"] = _port("CORRAL_METRICS_PORT", env["CORRAL_METRICS_PORT"])
+    if env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        url = env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"].strip()
+        out["tracing_endpoint"] = _traces_url("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url, full=True)
+    elif env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        url = env["OTEL_EXPORTER_OTLP_ENDPOINT"].strip()
+        out["tracing_endpoint"] = _traces_url("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+    if env.get("OTEL_SERVICE_NAME"):
+        out["tracing_service_name"] = env["OTEL_SERVICE_NAME"].strip()
+    return out
+
+
+def _traces_url(name: str, url: str, *, full: bool = False) -> str:
+    """An OTLP/HTTP traces URL; a base URL gets `/v1/traces` as the OTLP spec says."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"{name} must be an http(s) URL, got {url!r}")
+    return url if full else url.rstrip("/") + "/v1/traces"
+
+
+def _port(name: str, value: object) -> int:
+    try:
+        port = int(str(value))
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536 or isinstance(value, bool):
+        raise ValueError(f"{name} must be a port number, got {value!r}")
+    return port
 
 
 _EGRESS_NUMBERS: dict[str, type[int] | type[float]] = {
@@ -210,6 +280,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         out["eager_sandboxes"] = True
     out.update(_egress_from_env(env))
     out.update(_work_from_env(env))
+    out.update(_observability_from_env(env))
     for key in ("max_files", "max_bytes_per_call", "max_bytes_per_session"):
         if env.get(f"CORRAL_OUTPUTS_{key.upper()}"):
             out[f"outputs_{key}"] = int(env[f"CORRAL_OUTPUTS_{key.upper()}"])

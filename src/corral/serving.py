@@ -7,9 +7,32 @@ the demo, so both can import it without importing each other.
 from __future__ import annotations
 
 import gc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
+
 from corral.config import Settings
+
+
+@asynccontextmanager
+async def traced(settings: Settings) -> AsyncIterator[None]:
+    """Export traces while the body runs, if the operator configured a collector; the last
+    spans are flushed on the way out."""
+    if settings.tracing_endpoint is None:
+        yield
+        return
+    from corral.observability.tracing import configure_tracing
+
+    provider = configure_tracing(
+        settings.tracing_endpoint, service_name=settings.tracing_service_name
+    )
+    try:
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(provider.shutdown)
 
 
 async def serve_async(settings: Settings, *, ready: Any = None) -> None:
@@ -19,12 +42,13 @@ async def serve_async(settings: Settings, *, ready: Any = None) -> None:
     from corral.api.app import create_asgi
     from corral.runtime import open_runtime
 
-    async with open_runtime(settings) as runtime:
+    async with traced(settings), open_runtime(settings) as runtime:
         config = uvicorn.Config(
             create_asgi(runtime),
             host=settings.host,
             port=settings.port,
             log_level="warning",
+            log_config=None,  # uvicorn's loggers go through ours (JSON lines off a terminal)
             lifespan="on",
             timeout_graceful_shutdown=2,
         )

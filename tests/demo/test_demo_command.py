@@ -21,5 +21,8 @@ def test_demo_command_solves_the_incident_offline(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "solved" in done.stdout and "scripted" in done.stdout
+    # stderr (not a terminal here) holds JSON lines, without a line per HTTP request
+    assert "HTTP Request:" not in done.stderr
+    assert '"logger": "corral.http"' not in done.stderr
     report = (tmp_path / "corral-demo-outputs" / "postmortem.md").read_text()
     assert "a3f9c21" in report and "c81d4e7" in report

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from corral import __version__, console
 from corral.api import files, memory_stores, resources, sessions, vaults, work
 from corral.api.http import error_response
+from corral.api.observe import AccessLog, metrics_endpoint
 from corral.api.stream import StreamRouter
 from corral.api.work import WorkerAuth
 from corral.errors import ApiError, NotFound, Unauthorized
@@ -30,16 +31,24 @@ class ApiKeyAuth:
     """Every /v1 route needs `x-api-key` or `Authorization: Bearer` with a known key."""
 
     def __init__(
-        self, app: ASGIApp, keys: tuple[str, ...], workers: WorkerAuth | None = None
+        self,
+        app: ASGIApp,
+        keys: tuple[str, ...],
+        workers: WorkerAuth | None = None,
+        *,
+        metrics_public: bool = False,
     ) -> None:
         self.app = app
         self.keys = tuple(k.encode() for k in keys)
         self.workers = workers
         """Checks the scoped credentials of self-hosted workers (environment keys, sessions
         tokens) when the bearer is not an API key."""
+        self.metrics_public = metrics_public
+        """GET /metrics is open (`[metrics] public`); otherwise it needs an API key too."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        guarded = scope["type"] == "http" and scope["path"].startswith("/v1")
+        path = scope["path"] if scope["type"] == "http" else ""
+        guarded = path.startswith("/v1") or (path == "/metrics" and not self.metrics_public)
         if guarded:
             refusal = await self._refusal(Request(scope))
             if refusal is not None:
@@ -54,7 +63,7 @@ class ApiKeyAuth:
             given = auth[7:].strip()
         if given and any(hmac.compare_digest(given.encode(), key) for key in self.keys):
             return None
-        if self.workers is None:
+        if self.workers is None or not request.url.path.startswith("/v1"):
             return Unauthorized("invalid or missing API key")
         try:
             return await self.workers.refusal(request.method, request.url.path, given)
@@ -115,6 +124,7 @@ def create_app(runtime: Runtime) -> Starlette:
         routes=[
             Route("/health", health),
             Route("/v1/admin/status", admin_status),
+            Route("/metrics", metrics_endpoint(runtime.store)),
             *resources.routes(runtime),
             *sessions.routes(runtime),
             *files.routes(runtime),
@@ -136,10 +146,24 @@ def create_app(runtime: Runtime) -> Starlette:
 
 
 def create_asgi(runtime: Runtime) -> ASGIApp:
-    """The full server: API key check -> SSE tails (bare ASGI) -> the Starlette app."""
+    """The full server: request log -> API key check -> SSE tails (bare ASGI) -> the app."""
     app = create_app(runtime)
     router = StreamRouter(
         app, runtime.store, error_response, ping_seconds=runtime.settings.sse_ping_seconds
     )
     workers = WorkerAuth(runtime.work, runtime.store) if runtime.work is not None else None
-    return ApiKeyAuth(router, runtime.settings.api_keys, workers)
+    auth = ApiKeyAuth(
+        router,
+        runtime.settings.api_keys,
+        workers,
+        metrics_public=runtime.settings.metrics_public,
+    )
+    return AccessLog(auth)
+
+
+def create_metrics_asgi(runtime: Runtime) -> ASGIApp:
+    """What `corral worker --metrics-port` serves: GET /metrics only, same key rule."""
+    app = Starlette(routes=[Route("/metrics", metrics_endpoint(runtime.store))])
+    return ApiKeyAuth(
+        app, runtime.settings.api_keys, metrics_public=runtime.settings.metrics_public
+    )

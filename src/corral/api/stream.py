@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral.errors import ApiError, NotFound
 from corral.ids import new_id, now_rfc3339
+from corral.observability.metrics import SSE_CLIENTS
 from corral.session.log import EventQuery, NewEvents, Preview, SessionGone, StoredEvent
 from corral.store.base import Store
 from corral.wire.events import INTERNAL_EVENT_TYPES
@@ -88,6 +89,7 @@ class StreamRouter:
 
     async def _tail(self, session_id: str, deltas: set[str], receive: Receive, send: Send) -> None:
         sub = self.store.subscribe(session_id)
+        SSE_CLIENTS.inc()
         try:
             position = await self.store.last_seq(session_id)
             await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
@@ -101,6 +103,7 @@ class StreamRouter:
         except OSError:
             pass  # the client went away mid-write
         finally:
+            SSE_CLIENTS.dec()
             sub.close()
 
     async def _pump(

@@ -28,6 +28,13 @@ async def drive(deps: BrainDeps, fence: Fence) -> bool:
     if session is None:
         return True
     run = Run(deps, fence, session, deps.memo.take(fence.session_id))
+    try:
+        return await _drive(run, deps, fence)
+    finally:
+        run.telemetry.finish()
+
+
+async def _drive(run: Run, deps: BrainDeps, fence: Fence) -> bool:
     halted = False
     try:
         async with anyio.create_task_group() as tg:
@@ -87,7 +94,8 @@ async def _steps(run: Run) -> None:
             )
             continue
         run.deps.stats.steps += 1
-        await act(run, action)
+        with run.telemetry.acting(action):
+            await act(run, action)
 
 
 async def _heartbeat(deps: BrainDeps, fence: Fence, scope: anyio.CancelScope) -> None:

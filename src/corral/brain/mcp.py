@@ -32,6 +32,7 @@ from corral.brain import events as ev
 from corral.brain.state import ToolCall
 from corral.mcp.client import CallOutcome, McpClient, McpFailure, McpTool, ServerRef
 from corral.models.base import ModelRequest
+from corral.observability.tracing import span
 from corral.tools.mcp_names import mcp_tool_name
 from corral.tools.resolve import mcp_tool_config, mcp_toolsets
 
@@ -122,7 +123,8 @@ class McpToolsets:
         if refusal is not None:
             return refusal
         try:
-            return await self.client.call_tool(server, view.vault_ids, tool, arguments)
+            with span("corral.mcp_call", view.session_id, **{"corral.mcp.server": server.name}):
+                return await self.client.call_tool(server, view.vault_ids, tool, arguments)
         except McpFailure as failure:
             # Listed again in the next turn; this turn has its error already.
             self._forget(view.session_id, server.name)
@@ -142,7 +144,10 @@ class McpToolsets:
         if refusal is not None:
             return refusal
         try:
-            tools = await self.client.list_tools(server, view.vault_ids)
+            with span(
+                "corral.mcp_list_tools", view.session_id, **{"corral.mcp.server": server.name}
+            ):
+                tools = await self.client.list_tools(server, view.vault_ids)
         except McpFailure as failure:
             return failure
         self._tools.setdefault(view.session_id, {})[server.name] = tools

@@ -7,6 +7,7 @@ is logged; what happens next is `decide`'s call. Nothing here decides policy.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -20,6 +21,7 @@ from corral.brain.mcp import McpToolsets
 from corral.brain.memo import Folded, Memo
 from corral.brain.sandboxes import SandboxPool
 from corral.brain.state import SessionState, apply
+from corral.brain.telemetry import RunTelemetry
 from corral.models.base import ModelClient
 from corral.pricing import Price
 from corral.session.log import EventQuery, Fence, NewEvents, StoredEvent, Subscription
@@ -139,6 +141,8 @@ class Run:
             folded = Folded(state=SessionState(), transcript=Transcript())
         self.state = folded.state
         self.transcript = folded.transcript
+        model = (self.agent.get("model") or {}).get("id")
+        self.telemetry = RunTelemetry(fence.session_id, str(model or "unknown"))
 
     @property
     def agent(self) -> dict[str, Any]:
@@ -173,11 +177,13 @@ class Run:
         """
         if self.state.format_seq == 0:
             bodies = (ev.log_format(), *bodies)
-        last = self.state.last_seq
+        last, close_before = self.state.last_seq, self.state.last_close_seq
+        started = time.perf_counter()
         with anyio.CancelScope(shield=True):
             stored = await self.deps.store.append(
                 self.fence.session_id, list(bodies), fence=self.fence
             )
+        seconds = time.perf_counter() - started
         if stored and stored[0].seq != last + 1:
             # Others appended in between: apply exactly that gap first, so the state (and a
             # request built from it) is the log up to our events and nothing after them.
@@ -187,6 +193,9 @@ class Run:
             )
             self._apply(gap)
         self._apply(stored)
+        closed = self.telemetry.appended(self.state, stored, seconds)
+        if closed is not None:
+            await self.telemetry.turn_closed(self.deps.store, close_before, closed)
         return stored
 
     def messages(self) -> list[dict[str, Any]]:

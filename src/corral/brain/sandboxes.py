@@ -22,8 +22,16 @@ import anyio
 from corral.errors import HandsError
 from corral.hands.base import Hands, Sandbox, SandboxRecipe, ToolOutput
 from corral.hands.repositories import RepositoryFailure
+from corral.observability.metrics import (
+    SANDBOX_DEATHS,
+    SANDBOX_PROVISION_LATENCY,
+    SANDBOX_PROVISIONS,
+)
+from corral.observability.tracing import span
 
 log = logging.getLogger("corral.hands")
+SANDBOX_DEATH_CODES = frozenset({"sandbox_died", "sandbox_unresponsive", "sandbox_protocol"})
+"""Hands error codes that mean the sandbox itself failed under a call (a death)."""
 RecipeFactory = Callable[[str], Awaitable[SandboxRecipe]]
 Prepare = Callable[[SandboxRecipe], Awaitable[Sequence[RepositoryFailure]]]
 """Host-side work before a sandbox is made from a recipe (cloning its repositories); what
@@ -101,6 +109,8 @@ class SandboxPool:
                         output = ToolOutput(content=[*output.content, block], is_error=True)
                 return output
             except HandsError as exc:
+                if exc.code in SANDBOX_DEATH_CODES:
+                    SANDBOX_DEATHS.labels(exc.code).inc()
                 await self.discard(session_id)
                 hint = " The next call will run in a fresh sandbox." if exc.retryable else ""
                 return ToolOutput.text(
@@ -120,17 +130,24 @@ class SandboxPool:
         if slot is not None and slot.sandbox.alive and slot.generation == generation:
             return slot
         if slot is not None:  # dead, or made from what the session was before: re-make it
+            if not slot.sandbox.alive:
+                SANDBOX_DEATHS.labels("found_dead").inc()
             await self._drop(session_id)
         hold = await self._hold(session_id)
+        started = time.perf_counter()
         try:
-            recipe = await self._recipe_for(session_id)
-            if self._prepare is not None and recipe.repositories:
-                failures = await self._prepare(recipe)
-                self._notices.setdefault(session_id, []).extend(failures)
-            sandbox = await self._hands.provision(recipe)
+            with span("corral.sandbox_provision", session_id):
+                recipe = await self._recipe_for(session_id)
+                if self._prepare is not None and recipe.repositories:
+                    failures = await self._prepare(recipe)
+                    self._notices.setdefault(session_id, []).extend(failures)
+                sandbox = await self._hands.provision(recipe)
         except BaseException:
+            SANDBOX_PROVISIONS.labels("error").inc()
             hold.release()
             raise
+        SANDBOX_PROVISIONS.labels("ok").inc()
+        SANDBOX_PROVISION_LATENCY.observe(time.perf_counter() - started)
         self._recipes[session_id] = recipe
         self.provisioned += 1
         slot = _Slot(sandbox=sandbox, generation=generation, hold=hold)

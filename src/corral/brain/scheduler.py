@@ -14,6 +14,7 @@ from corral.brain.loop import drive
 from corral.brain.remote import tend_work
 from corral.brain.run import BrainDeps
 from corral.ids import new_id
+from corral.observability.metrics import LEASE_TAKEOVERS
 from corral.session.log import Fence
 
 log = logging.getLogger("corral.scheduler")
@@ -77,6 +78,8 @@ class Scheduler:
                     await self.deps.store.wait_for_work(self.poll_seconds)
                     continue
                 for fence in fences:
+                    if fence.takeover:
+                        LEASE_TAKEOVERS.inc()
                     self._busy += 1
                     tg.start_soon(self._drive, fence)
 

@@ -9,9 +9,11 @@ answers to one call exactly one is accepted. This module must not read the log t
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any, Literal
 
 from corral.errors import BadRequest, Conflict
+from corral.observability.metrics import APPEND_LATENCY
 from corral.service.common import check_limit, normalize_time
 from corral.service.sessions import SessionService, client_event
 from corral.session.log import EventQuery
@@ -117,7 +119,9 @@ class EventService:
             _refuse_unsupported(index, body, remote=bool(remote))
             bodies.append(client_event(body))
         wake = any(b["type"] in _WAKES for b in bodies)
+        started = time.perf_counter()
         stored = await self.store.append_checked(session_id, bodies, _check, wake=wake)
+        APPEND_LATENCY.labels("api").observe(time.perf_counter() - started)
         if any(b["type"] == "user.message" for b in bodies):
             await self.sessions.input_arrived(row)
         return {"data": [s.body for s in stored]}

@@ -8,6 +8,7 @@ from typing import Any
 
 from corral.errors import BadRequest, NotFound
 from corral.ids import new_id, now_rfc3339, parse_rfc3339, utc_now
+from corral.observability.metrics import SESSIONS_CREATED
 from corral.pricing import Price, money, parse_budget
 from corral.service.agents import AgentService, model_config
 from corral.service.common import apply_metadata_patch, page_envelope
@@ -119,6 +120,7 @@ class SessionService:
         if budget is not None:  # the brain reads its budget from the log (brain/state.py)
             initial.insert(0, client_event({"type": "corral.budget", "budget": budget}))
         await self.store.create_session(row, initial)
+        SESSIONS_CREATED.inc()
         await self.resources.save_tokens(row.id, tokens)
         if remote and self._work is not None:
             await self._work.ensure_work(row.environment_id, row.id, self._work_ttl)

@@ -37,6 +37,8 @@ class Fence:
     session_id: str
     owner: str
     token: int
+    takeover: bool = field(default=False, compare=False)
+    """Claimed from another brain's expired lease (for the takeover metric only)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,8 @@ class QueueStatus:
     pending: int
     leased: int
     expired: int
+    sessions: tuple[tuple[str, int], ...] = ()
+    """(status, count) of the sessions in the store (archived ones keep their last status)."""
 
 
 class WorkQueue(Protocol):
@@ -45,5 +47,5 @@ class WorkQueue(Protocol):
         ...
 
     async def queue_status(self) -> QueueStatus:
-        """Pending, leased and expired counts."""
+        """Pending, leased and expired counts, and sessions by status."""
         ...

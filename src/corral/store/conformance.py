@@ -282,6 +282,7 @@ async def check_expired_lease_reclaimable(store: Store) -> None:
     assert (await store.queue_status()).expired == 1
     new = await claimed(store, "w2")
     assert (new.session_id, new.token) == (sid, old.token + 1)
+    assert (old.takeover, new.takeover) == (False, True)  # only w2 took it from another
     await raises(LeaseLost, store.append(sid, [event()], fence=old))
     assert seqs(await store.append(sid, [event()], fence=new)) == [2]
 
@@ -373,6 +374,7 @@ async def check_queue_status(store: Store) -> None:
     await anyio.sleep(PAST_SHORT_LEASE)
     status = await store.queue_status()
     assert (status.pending, status.leased, status.expired) == (0, 1, 1)
+    assert dict(status.sessions) == {"idle": 2}  # sessions by status, for /metrics
 
 
 LOG_AND_QUEUE_CHECKS: list[Check] = [

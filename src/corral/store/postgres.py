@@ -236,8 +236,18 @@ class PostgresStore(PostgresMemories):
                 " count(*) FILTER (WHERE owner IS NOT NULL AND lease_expires < clock_timestamp())"
                 " FROM session_work",
             )
+            async with conn.cursor() as cur:
+                await cur.execute(
+                    "SELECT status, count(*) FROM sessions GROUP BY status ORDER BY status"
+                )
+                statuses = await cur.fetchall()
         assert row is not None
-        return QueueStatus(pending=int(row[0]), leased=int(row[1]), expired=int(row[2]))
+        return QueueStatus(
+            pending=int(row[0]),
+            leased=int(row[1]),
+            expired=int(row[2]),
+            sessions=tuple((str(s), int(n)) for s, n in statuses),
+        )
 
     def _signal_work(self) -> None:
         self._work_ready.set()

@@ -205,18 +205,20 @@ async def claim(conn: Conn, owner: str, lease_seconds: float, limit: int = 1) ->
     others are skipped."""
     async with conn.cursor() as cur:
         await cur.execute(
-            "WITH next AS (SELECT session_id FROM session_work WHERE "
+            "WITH next AS (SELECT session_id, owner AS expired_owner FROM session_work WHERE "
             "(pending AND due_at <= clock_timestamp() "
             " AND (owner IS NULL OR lease_expires < clock_timestamp())) "
             "OR (owner IS NOT NULL AND lease_expires < clock_timestamp()) "
             "ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED) "
             "UPDATE session_work w SET owner = %s, token = w.token + 1, pending = FALSE, "
             "lease_expires = clock_timestamp() + make_interval(secs => %s) "
-            "FROM next WHERE w.session_id = next.session_id RETURNING w.session_id, w.token",
+            "FROM next WHERE w.session_id = next.session_id "
+            "RETURNING w.session_id, w.token, next.expired_owner IS NOT NULL",
             (max(limit, 1), owner, float(lease_seconds)),
         )
         rows = await cur.fetchall()
-    return [Fence(session_id=r[0], owner=owner, token=int(r[1])) for r in rows]
+    # an owner left on the row means its lease had expired: a takeover
+    return [Fence(session_id=r[0], owner=owner, token=int(r[1]), takeover=bool(r[2])) for r in rows]
 
 
 async def release(conn: Conn, fence: Fence) -> bool:

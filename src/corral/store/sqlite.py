@@ -212,8 +212,14 @@ class SqliteStore(SqliteMemories):
                 "sum(owner IS NOT NULL AND lease_expires < ?) FROM session_work",
                 (now, now),
             ).fetchone()
+            statuses = conn.execute(
+                "SELECT status, count(*) FROM sessions GROUP BY status ORDER BY status"
+            ).fetchall()
             return QueueStatus(
-                pending=int(row[0] or 0), leased=int(row[1] or 0), expired=int(row[2] or 0)
+                pending=int(row[0] or 0),
+                leased=int(row[1] or 0),
+                expired=int(row[2] or 0),
+                sessions=tuple((str(s), int(n)) for s, n in statuses),
             )
 
         return await self.db.read(run)
@@ -632,19 +638,22 @@ def _mark_pending(conn: sqlite3.Connection, session_id: str, due: float) -> None
 def _claim(conn: sqlite3.Connection, owner: str, lease_seconds: float, limit: int) -> list[Fence]:
     now = time.time()
     rows = conn.execute(
-        "SELECT session_id, token FROM session_work WHERE "
+        "SELECT session_id, token, owner IS NOT NULL FROM session_work WHERE "
         "(pending = 1 AND due_at <= ? AND (owner IS NULL OR lease_expires < ?)) "
         "OR (owner IS NOT NULL AND lease_expires < ?) ORDER BY due_at LIMIT ?",
         (now, now, now, max(limit, 1)),
     ).fetchall()
     fences = []
-    for session_id, token in rows:
+    for session_id, token, taken in rows:  # an owner left on the row: its lease expired
         conn.execute(
             "UPDATE session_work SET owner = ?, token = ?, lease_expires = ?, pending = 0 "
             "WHERE session_id = ?",
             (owner, int(token) + 1, now + lease_seconds, session_id),
         )
-        fences.append(Fence(session_id=session_id, owner=owner, token=int(token) + 1))
+        fence = Fence(
+            session_id=session_id, owner=owner, token=int(token) + 1, takeover=bool(taken)
+        )
+        fences.append(fence)
     return fences
 
 
