@@ -203,6 +203,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         mcp=McpToolsets(mcp_client),
         work=work_items,
         prices=models,
+        contexts=models,
         settings=BrainSettings(
             lease_seconds=settings.lease_seconds,
             eager_sandboxes=settings.eager_sandboxes,
