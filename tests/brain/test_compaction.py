@@ -65,11 +65,12 @@ def transcript_of(bodies: Iterable[Body], cap: int | None = None) -> Transcript:
     return transcript
 
 
-def summary_event(summary: str, cut_turn: int, after: int = 10) -> Body:
+def summary_event(summary: str, cut_turn: int, after: int = 10, blocks: int = 0) -> Body:
     return ev.event(
         "corral.context_summary",
         summary=summary,
         cut_turn=cut_turn,
+        cut_blocks=blocks,
         tokens_before=0,
         tokens_after=after,
         model="m",
@@ -77,9 +78,12 @@ def summary_event(summary: str, cut_turn: int, after: int = 10) -> Body:
     )
 
 
-def compacted(summary: str, cut_turn: int, after: int = 10) -> list[Body]:
+def compacted(summary: str, cut_turn: int, after: int = 10, blocks: int = 0) -> list[Body]:
     """What a compaction appends (one append: both or neither)."""
-    return [ev.event("agent.thread_context_compacted"), summary_event(summary, cut_turn, after)]
+    return [
+        ev.event("agent.thread_context_compacted"),
+        summary_event(summary, cut_turn, after, blocks),
+    ]
 
 
 def response(start: str, input_tokens: int) -> Body:
@@ -269,11 +273,41 @@ def test_cut_keeps_the_last_turn_and_never_splits_a_tool_call() -> None:
         turn("assistant", TEXT),
         turn("user", TEXT),
     ]
-    assert choose_cut(turns, keep=0) == 4  # the smallest tail: the last turn
-    assert choose_cut(turns, keep=10_000) == 1  # everything fits: cut as little as possible
-    assert choose_cut(turns[:3], keep=0) == 1  # the call's result stays with its use
-    assert choose_cut(turns[:1], keep=0) is None
-    assert choose_cut([turn("user", TEXT), turn("assistant", TEXT)], keep=0) == 1
+    far = 10**9
+    assert choose_cut(turns, keep=0, most=far) == (4, 0)  # the smallest tail: the last turn
+    assert choose_cut(turns, keep=far, most=far) == (1, 0)  # all fits: cut as little as can be
+    assert choose_cut(turns[:3], keep=0, most=far) == (1, 0)  # a result stays with its use
+    assert choose_cut([turn("user", TEXT), turn("assistant", TEXT)], 0, far) == (1, 0)
+    # even the smallest tail is too large: everything, the last turn's blocks included
+    assert choose_cut(turns, keep=0, most=0) == (4, 1)
+    assert choose_cut(turns[:3], keep=0, most=0) == (2, 1)
+    assert choose_cut(turns[:1], keep=0, most=0) == (0, 1)
+    assert choose_cut(turns[:1], keep=0, most=far) == (0, 1)
+    assert choose_cut([turn("user")], keep=0, most=0) is None  # nothing left to summarise
+    assert choose_cut([], keep=0, most=0) is None
+    # a call still open is never summarised away
+    open_call = [turn("user", TEXT), turn("assistant", tool_use("a")), turn("user", TEXT)]
+    assert choose_cut(open_call, keep=0, most=0) == (1, 0)
+
+
+def test_a_full_cut_keeps_input_that_arrived_during_the_summary_request() -> None:
+    log = [msg("a" * 3000), custom("c"), custom_result("c", "b" * 3000)]
+    turns = transcript_of(log).turns
+    assert choose_cut(turns, keep=0, most=0) == (2, 1)
+    log += [msg("arrived meanwhile"), *compacted("all of it", 2, blocks=1)]
+    assert transcript_of(log).messages() == [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "text",
+                    "text": summary_text("all of it"),
+                    "cache_control": {"type": "ephemeral"},
+                },
+                {"type": "text", "text": "arrived meanwhile"},
+            ],
+        }
+    ]
 
 
 # ---- what the model sees: summary + tail --------------------------------------------------------
@@ -324,10 +358,11 @@ def test_context_after_compactions_is_the_summary_and_the_tail(
     dropped = 0
     for round_, keep in enumerate(keeps):
         transcript = transcript_of(log)
-        cut = choose_cut(transcript.turns, keep)
+        cut = choose_cut(transcript.turns, keep, 10**9)
         if cut is None:
             break
-        dropped += cut
+        assert cut[1] == 0
+        dropped += cut[0]
         log += compacted(f"summary {round_}", dropped)
         log += [msg(f"later {round_}"), span(f"x{round_}"), said("ok"), response(f"x{round_}", 9)]
         original += [
@@ -381,10 +416,10 @@ def test_a_crash_between_summary_request_and_event_loses_and_duplicates_nothing(
     for _ in range(crashes + 1):
         state = fold_with(log, limit)
         assert decide(state) == Compact(0)
-        cuts.add(choose_cut(transcript_of(log).turns, 250))
+        cuts.add(choose_cut(transcript_of(log).turns, 250, 10**9))
     (cut,) = cuts
     assert cut is not None
-    log += compacted("the summary", cut, after=200)
+    log += compacted("the summary", cut[0], after=200, blocks=cut[1])
     state = fold_with(log, limit)
     assert decide(state) == CallModel(0)
     messages = transcript_of(log).messages()

@@ -23,6 +23,7 @@ from corral.brain.window import (
     BLOCK_TOKENS,
     choose_cut,
     estimate_tokens,
+    fit_text,
     keep_tokens,
     render_for_summary,
     summary_text,
@@ -43,9 +44,12 @@ INSTRUCTION = (
     "Summarise the conversation above for the agent that will continue it. Answer with the "
     "summary only."
 )
+_FRAME_TOKENS = 256
+"""The summariser's system prompt, the instruction and the request's framing, generously."""
 NOTHING_TO_CUT = (
-    "The conversation's newest turn alone is larger than the compaction threshold of the "
-    "model's context window ({limit} tokens), so compacting cannot make room for it."
+    "There is nothing left to compact, and the request is still larger than the compaction "
+    "threshold of the model's context window ({limit} tokens): the system prompt and tools "
+    "alone may be too large for this model."
 )
 
 
@@ -54,19 +58,31 @@ async def compact(run: Run, action: Compact) -> None:
     failure and whether it will be retried (as a failed model call is)."""
     policy = run.context_policy
     assert policy is not None, "decide compacts only sessions with a context window"
-    transcript, since = run.transcript, run.state.last_seq
-    cut = choose_cut(transcript.turns, keep_tokens(policy.window))
+    transcript, meter = run.transcript, run.state.context
+    fixed = meter.next_request - meter.messages  # system prompt and tools, as last measured
+    most = policy.limit - summary_tokens(policy.window) - fixed
+    cut = choose_cut(transcript.turns, keep_tokens(policy.window), most)
     if cut is None:
         await stop_at_limit(run, NOTHING_TO_CUT.format(limit=policy.limit))
         return
+    since = run.state.last_seq
     if action.attempt > 0 and not await _backoff(run, action.attempt, since):
         return  # interrupted while waiting: decide closes the turn
     if run.state.status != "running":  # a turn starts (as call_model would say it)
         warnings = await credential_errors(run)
         await run.append(ev.event("session.status_running"), *warnings)
+    turn, blocks = cut
+    older = [*transcript.turns[:turn]]
+    if blocks:
+        older.append(
+            {**transcript.turns[turn], "content": transcript.turns[turn]["content"][:blocks]}
+        )
+    kept = [*transcript.turns[turn:]]
+    if blocks:
+        kept[0] = {**kept[0], "content": kept[0]["content"][blocks:]}
     model = policy.compaction_model or str(run.agent["model"]["id"])
-    request = _summary_request(model, policy, transcript.summary, transcript.turns[:cut])
-    cut_turn, before = transcript.dropped + cut, run.state.context.next_request
+    request = _summary_request(model, policy, transcript.summary, older)
+    cut_turn, before = transcript.dropped + turn, meter.next_request
     outcome = await _summarise(run, model, request, since)
     if outcome is None:
         return  # interrupted: decide closes the turn
@@ -77,7 +93,7 @@ async def compact(run: Run, action: Compact) -> None:
     after = (
         estimate_tokens(summary_text(summary))
         + BLOCK_TOKENS
-        + sum(estimate_tokens(turn) + BLOCK_TOKENS for turn in transcript.turns[cut:])
+        + sum(estimate_tokens(t) + BLOCK_TOKENS for t in kept)
     )
     prices = run.deps.prices
     price = None if prices is None else prices.price_for(model)
@@ -87,6 +103,7 @@ async def compact(run: Run, action: Compact) -> None:
             "corral.context_summary",
             summary=summary,
             cut_turn=cut_turn,
+            cut_blocks=blocks,
             tokens_before=before,
             tokens_after=after,
             model=model,
@@ -113,7 +130,11 @@ async def stop_at_limit(run: Run, message: str | None = None) -> None:
 def _summary_request(
     model: str, policy: ContextPolicy, summary: str | None, older: list[dict[str, Any]]
 ) -> ModelRequest:
-    text = f"<conversation>\n{render_for_summary(summary, older)}\n</conversation>\n\n{INSTRUCTION}"
+    """A request that fits the window: the conversation to summarise (its middle left out if
+    it alone would not fit) and the instruction; no tools."""
+    room = policy.window - summary_tokens(policy.window) - _FRAME_TOKENS
+    conversation = fit_text(render_for_summary(summary, older), room)
+    text = f"<conversation>\n{conversation}\n</conversation>\n\n{INSTRUCTION}"
     return ModelRequest(
         model=model,
         system=SUMMARISER_SYSTEM,

@@ -190,7 +190,7 @@ class Transcript:
                     self._add("user", _result_block(use_id, None))
                 self._open.clear()
             case ContextSummaryEvent():
-                self._compact(event.summary, event.cut_turn)
+                self._compact(event.summary, event.cut_turn, event.cut_blocks)
             case _:
                 pass
 
@@ -213,13 +213,18 @@ class Transcript:
             return [{"role": "user", "content": [head, *out[0]["content"]]}, *out[1:]]
         return [{"role": "user", "content": [head]}, *out]
 
-    def _compact(self, summary: str, cut_turn: int) -> None:
-        """Replace the turns before `cut_turn` (counted from the log's first) by `summary`;
-        the last turn is always kept (see `window.choose_cut`)."""
+    def _compact(self, summary: str, cut_turn: int, cut_blocks: int) -> None:
+        """Replace the turns before `cut_turn` (counted from the log's first) and the first
+        `cut_blocks` blocks of that turn by `summary` (see `window.choose_cut`)."""
         cut = min(cut_turn - self.dropped, len(self.turns) - 1)
         if cut > 0:
             del self.turns[:cut]
             self.dropped += cut
+        if cut_blocks and self.turns:
+            first = self.turns[0]
+            self.turns[0] = {"role": first["role"], "content": first["content"][cut_blocks:]}
+            if len(self.turns) == 1:
+                self._results_in_last = max(self._results_in_last - cut_blocks, 0)
         self.summary = summary
 
     def _turn_messages(self) -> list[dict[str, Any]]:

@@ -205,13 +205,16 @@ class ContextMeter:
                 pass
 
 
-def choose_cut(turns: Sequence[dict[str, Any]], keep: int) -> int | None:
-    """Index of the first turn a compaction keeps, or None when nothing can be cut.
+def choose_cut(turns: Sequence[dict[str, Any]], keep: int, most: int) -> tuple[int, int] | None:
+    """Where a compaction cuts: (index of the first turn kept, how many of that turn's first
+    blocks go too), or None when nothing can be cut.
 
-    A cut is valid before a turn that is the assistant's, or the user's without tool results,
-    when every tool use before it has its result before it; the last turn is always kept (input
-    that arrives during the compaction extends it). Of the valid cuts, the one keeping the most
-    turns within `keep` estimated tokens; if none is that small, the one keeping the fewest.
+    A cut between turns is valid before a turn that is the assistant's, or the user's without
+    tool results, when every tool use before it has its result before it. Of the valid cuts,
+    the one keeping the most turns within `keep` estimated tokens; if none is that small, the
+    one keeping the fewest. If even that tail is above `most`, everything is summarised: the
+    last turn (the user's, all calls answered) keeps only the blocks that arrive after the
+    cut was chosen (input logged during the summary request extends it).
     """
     count = len(turns)
     valid = [False] * count
@@ -228,16 +231,33 @@ def choose_cut(turns: Sequence[dict[str, Any]], keep: int) -> int | None:
             elif block.get("type") == "tool_result":
                 open_uses.discard(str(block.get("tool_use_id")))
     best: int | None = None
-    size = 0
+    best_size = size = 0
     for index in range(count - 1, 0, -1):
         size += estimate_tokens(turns[index]) + BLOCK_TOKENS
         if not valid[index]:
             continue
         if best is None or size <= keep:
-            best = index
+            best, best_size = index, size
         if size > keep:
             break
-    return best
+    if best is not None and best_size <= most:
+        return best, 0
+    last = turns[-1] if turns else None
+    if last is not None and last["role"] == "user" and last["content"] and not open_uses:
+        return count - 1, len(last["content"])
+    return None if best is None else (best, 0)
+
+
+def fit_text(text: str, max_tokens: int) -> str:
+    """`text` if it is within `max_tokens` (estimated), else its start and end with a note
+    of what was left out between them."""
+    if _bytes_estimate(text) <= max_tokens:
+        return text
+    half = max(max_tokens * BYTES_PER_TOKEN // 2 - 64, 0)
+    head = _cut_text(text, half)
+    tail = _cut_text(text[::-1], half)[::-1]
+    omitted = len(text) - len(head) - len(tail)
+    return f"{head}\n[... {omitted} characters omitted to fit the context window ...]\n{tail}"
 
 
 def render_for_summary(summary: str | None, turns: Sequence[dict[str, Any]]) -> str:

@@ -466,12 +466,14 @@ class AgentThreadContextCompactedEvent(Logged):
 class ContextSummaryEvent(Logged):
     """`corral.context_summary` (internal, appended with `agent.thread_context_compacted`):
     the summary that replaces the transcript's turns before `cut_turn` (an index counted over
-    every turn the log ever made), the estimated sizes before and after, and what the
-    summarising request used, so a restarted brain builds the same context."""
+    every turn the log ever made) and the first `cut_blocks` blocks of that turn, the
+    estimated sizes before and after, and what the summarising request used, so a restarted
+    brain builds the same context."""
 
     type: Literal["corral.context_summary"]
     summary: str
     cut_turn: int
+    cut_blocks: int = 0
     tokens_before: int = 0
     tokens_after: int = 0
     model: str = ""
