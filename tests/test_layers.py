@@ -58,6 +58,10 @@ FORBIDDEN = {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files", "tools", "config", "vault", "wire",
     },
+    "context_window.py": {
+        "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
+        "demo", "files", "tools", "config", "vault", "wire", "pricing", "model_routes",
+    },
     "web_search_config.py": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files", "tools", "config", "outbound", "netpolicy",

@@ -6,6 +6,7 @@ No other module reads the process environment.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import tomllib
 from collections.abc import Mapping
@@ -76,6 +77,9 @@ class Settings:
     vault_key: str | None = None
     """`CORRAL_VAULT_KEY`: comma-separated vault keys, newest first (see docs/vaults.md);
     unset means a key generated once into `data_dir/vault.key`."""
+    anthropic_skills: Mapping[str, Path] = field(default_factory=dict)
+    """`[skills.anthropic]`: Anthropic skill ids (`xlsx`) -> local skill directories (each
+    with a SKILL.md), so agents may reference `{type: "anthropic", skill_id}` (docs/skills.md)."""
     web_search: WebSearchConfig | None = None
     """`[web_search]` / `CORRAL_WEB_SEARCH_*`: the provider serving the `web_search` tool
     (None: enabling it is refused; see docs/web_search.md)."""
@@ -139,12 +143,45 @@ def _from_toml(doc: dict[str, Any]) -> dict[str, Any]:
         out["sandbox_uid_range"] = _uid_range(server["sandbox_uid_range"])
     if "models" in doc:
         out["model_routes"] = tuple(parse_routes(doc["models"]))
+    skills = doc.get("skills", {})
+    if not isinstance(skills, dict):
+        raise ValueError("[skills] must be a table")
+    if "anthropic" in skills:
+        out["anthropic_skills"] = _anthropic_skills(skills["anthropic"])
     egress = doc.get("egress", {})
     if "allow_private" in egress:
         out["egress_allow_private"] = _allow_private(egress["allow_private"])
     for key, kind in _EGRESS_NUMBERS.items():
         if key in egress:
             out[f"egress_{key}"] = _positive(f"[egress] {key}", kind(egress[key]))
+    return out
+
+
+_SKILL_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
+
+
+def _anthropic_skills(table: object) -> dict[str, Path]:
+    """`[skills.anthropic]` entries, each a directory holding a SKILL.md that sandboxes (their
+    own uids) can read; raises ValueError naming the entry."""
+    if not isinstance(table, dict):
+        raise ValueError('[skills.anthropic] must be a table like xlsx = "/opt/skills/xlsx"')
+    out: dict[str, Path] = {}
+    for skill_id, value in table.items():
+        where = f"[skills.anthropic] {skill_id}"
+        if not _SKILL_ID.match(skill_id) or skill_id.startswith("skill_"):
+            raise ValueError(f"{where}: not an Anthropic skill id (such as xlsx or pdf)")
+        if not isinstance(value, str) or not value.startswith("/"):
+            raise ValueError(f"{where}: must be the absolute path of a skill directory")
+        path = Path(value)
+        skill_md = path / "SKILL.md"
+        if not path.is_dir() or not skill_md.is_file():
+            raise ValueError(f"{where}: {value} is not a directory with a SKILL.md")
+        if path.stat().st_mode & 0o005 != 0o005 or skill_md.stat().st_mode & 0o004 == 0:
+            raise ValueError(
+                f"{where}: {value} and its SKILL.md must be readable by all (sandboxes run "
+                "as their own users)"
+            )
+        out[skill_id] = path
     return out
 
 
