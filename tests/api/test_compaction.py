@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -210,3 +212,61 @@ def test_a_turn_that_cannot_fit_ends_with_compaction_limit_reached(
     assert error.error.retry_status.type == "exhausted"
     assert all(is_summary(r) for r in fake_model.requests)  # no request that could not fit
     assert [e.type for e in log].count("agent.thread_context_compacted") >= 1
+
+
+class SlowFirstSummary(Model):
+    """The first summary request hangs (the server is killed meanwhile); later ones answer."""
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        reply = super().__call__(body)
+        if is_summary(body) and self.summaries == 1 and isinstance(reply, Turn):
+            return Turn(reply.blocks, usage=reply.usage, first_token_delay=60)
+        return reply
+
+
+@pytest.fixture
+def crashy(tmp_path: Path, fake_model: FakeModelServer, backend: str) -> Iterator[ServerProcess]:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "corral.toml").write_text(TOML)
+    with backend_env(backend) as env:
+        lease = {"CORRAL_LEASE_SECONDS": "2"}  # a restart on PostgreSQL waits the lease out
+        proc = ServerProcess(tmp_path / "data", model_url=fake_model.url, env={**env, **lease})
+        proc.start()
+        yield proc
+        proc.stop()
+
+
+def test_a_kill_during_the_summary_request_loses_and_duplicates_nothing(
+    crashy: ServerProcess, fake_model: FakeModelServer
+) -> None:
+    fake_model.reset(SlowFirstSummary())
+    client = crashy.client()
+    session_id = session_on(client, "small-model")
+    for index in range(20):
+        after = len(events(client, session_id))
+        say(client, session_id, f"message {index} " + "m" * 1500)
+        deadline = time.monotonic() + 30
+        while not any(is_summary(r) for r in fake_model.requests):
+            log = events(client, session_id)
+            if any(e.type == "session.status_idle" for e in log[after:]):
+                break
+            assert time.monotonic() < deadline, "the turn did not end"
+            time.sleep(0.05)
+        if any(is_summary(r) for r in fake_model.requests):
+            break
+    else:
+        raise AssertionError("no compaction")
+    crashy.restart()  # kill -9 while the summary is being written
+    client = crashy.client()
+    idle = wait_idle(client, session_id, after=after, timeout=60)
+    assert idle.stop_reason.type == "end_turn"
+    log = events(client, session_id)
+    assert [e.type for e in log].count("agent.thread_context_compacted") == 1
+    summaries = [r for r in fake_model.requests if is_summary(r)]
+    assert len(summaries) == 2  # the lost one, then the one logged
+    last = [r for r in fake_model.requests if not is_summary(r)][-1]
+    assert last["messages"][0]["content"][0]["text"].count("<context-summary>") == 1
+    assert "SUMMARY-2" in last["messages"][0]["content"][0]["text"]
+    assert all(tokens(r) < WINDOW for r in fake_model.requests)
+    said = [e.content[0].text for e in log if e.type == "user.message"]
+    assert len(said) == index + 1
