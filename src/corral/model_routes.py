@@ -6,6 +6,7 @@ can parse routes without loading any provider SDK; `models.router` turns routes 
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,7 +63,16 @@ def parse_routes(table: Mapping[str, Any]) -> list[ModelRoute]:
     entries = table.get("routes", [])
     if not isinstance(entries, list):
         raise ValueError("models.routes must be an array of tables ([[models.routes]])")
-    return [_parse_route(i + 1, entry) for i, entry in enumerate(entries)]
+    routes = [_parse_route(i + 1, entry) for i, entry in enumerate(entries)]
+    for number, route in enumerate(routes, start=1):
+        summariser = route.context.get("compaction_model")
+        every = (*routes, *DEFAULT_ROUTES)
+        if summariser and not any(fnmatch.fnmatchcase(summariser, r.match) for r in every):
+            raise ValueError(
+                f"[[models.routes]] entry {number}: compaction_model {summariser!r} matches no "
+                "model route"
+            )
+    return routes
 
 
 def _parse_route(number: int, entry: Any) -> ModelRoute:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from corral.context_window import ContextPolicy, default_window
-from corral.models.router import ModelRouter, parse_routes
+from corral.models.router import ModelRoute, ModelRouter, parse_routes
 
 
 def routes(**extra: Any) -> dict[str, Any]:
@@ -57,6 +57,11 @@ def test_bad_values_name_the_route_and_key(extra: dict[str, Any], message: str) 
 
 
 def test_a_summariser_no_route_serves_is_refused_at_startup() -> None:
-    parsed = parse_routes(routes(context_window=4000, compaction_model="mystery-model"))
-    with pytest.raises(ValueError, match="compaction_model 'mystery-model' matches no model route"):
-        ModelRouter(parsed, {})
+    refusal = "entry 1: compaction_model 'mystery-model' matches no model route"
+    with pytest.raises(ValueError, match=refusal):
+        parse_routes(routes(context_window=4000, compaction_model="mystery-model"))
+    parsed = parse_routes(routes(context_window=4000, compaction_model="claude-haiku-4-5"))
+    assert ModelRouter(parsed, {}).context_for("small-x") is not None
+    mystery = ModelRoute(match="x-*", provider="anthropic", context={"compaction_model": "y"})
+    with pytest.raises(ValueError, match="compaction_model 'y' matches no model route"):
+        ModelRouter([mystery], {})
