@@ -67,6 +67,10 @@ FORBIDDEN = {
         "demo", "files", "tools", "config", "vault", "wire", "mcp", "netpolicy", "outbound",
         "pricing", "ids", "errors",
     },
+    "context_window.py": {
+        "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
+        "demo", "files", "tools", "config", "vault", "wire", "pricing", "model_routes",
+    },
     "web_search_config.py": {
         "api", "brain", "service", "session", "store", "hands", "models", "runtime", "cli",
         "demo", "files", "tools", "config", "outbound", "netpolicy",

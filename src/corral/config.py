@@ -6,6 +6,7 @@ No other module reads the process environment.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import tomllib
 from collections.abc import Mapping
@@ -87,6 +88,9 @@ class Settings:
     URL. None: no traces are exported."""
     tracing_service_name: str = "corral"
     """`[tracing] service_name` / `OTEL_SERVICE_NAME`: the traces' `service.name`."""
+    anthropic_skills: Mapping[str, Path] = field(default_factory=dict)
+    """`[skills.anthropic]`: Anthropic skill ids (`xlsx`) -> local skill directories (each
+    with a SKILL.md), so agents may reference `{type: "anthropic", skill_id}` (docs/skills.md)."""
     web_search: WebSearchConfig | None = None
     """`[web_search]` / `CORRAL_WEB_SEARCH_*`: the provider serving the `web_search` tool
     (None: enabling it is refused; see docs/web_search.md)."""
@@ -151,6 +155,11 @@ def _from_toml(doc: dict[str, Any]) -> dict[str, Any]:
     if "models" in doc:
         out["model_routes"] = tuple(parse_routes(doc["models"]))
     out.update(_observability_from_toml(doc))
+    skills = doc.get("skills", {})
+    if not isinstance(skills, dict):
+        raise ValueError("[skills] must be a table")
+    if "anthropic" in skills:
+        out["anthropic_skills"] = _anthropic_skills(skills["anthropic"])
     egress = doc.get("egress", {})
     if "allow_private" in egress:
         out["egress_allow_private"] = _allow_private(egress["allow_private"])
@@ -216,6 +225,34 @@ def _port(name: str, value: object) -> int:
     if not 0 < port < 65536 or isinstance(value, bool):
         raise ValueError(f"{name} must be a port number, got {value!r}")
     return port
+
+
+_SKILL_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
+
+
+def _anthropic_skills(table: object) -> dict[str, Path]:
+    """`[skills.anthropic]` entries, each a directory holding a SKILL.md that sandboxes (their
+    own uids) can read; raises ValueError naming the entry."""
+    if not isinstance(table, dict):
+        raise ValueError('[skills.anthropic] must be a table like xlsx = "/opt/skills/xlsx"')
+    out: dict[str, Path] = {}
+    for skill_id, value in table.items():
+        where = f"[skills.anthropic] {skill_id}"
+        if not _SKILL_ID.match(skill_id) or skill_id.startswith("skill_"):
+            raise ValueError(f"{where}: not an Anthropic skill id (such as xlsx or pdf)")
+        if not isinstance(value, str) or not value.startswith("/"):
+            raise ValueError(f"{where}: must be the absolute path of a skill directory")
+        path = Path(value)
+        skill_md = path / "SKILL.md"
+        if not path.is_dir() or not skill_md.is_file():
+            raise ValueError(f"{where}: {value} is not a directory with a SKILL.md")
+        if path.stat().st_mode & 0o005 != 0o005 or skill_md.stat().st_mode & 0o004 == 0:
+            raise ValueError(
+                f"{where}: {value} and its SKILL.md must be readable by all (sandboxes run "
+                "as their own users)"
+            )
+        out[skill_id] = path
+    return out
 
 
 _EGRESS_NUMBERS: dict[str, type[int] | type[float]] = {

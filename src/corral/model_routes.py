@@ -6,16 +6,19 @@ can parse routes without loading any provider SDK; `models.router` turns routes 
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
+from corral.context_window import CONTEXT_KEYS, parse_context
 from corral.pricing import Price, parse_price
 
 Provider = Literal["anthropic", "openai", "scripted"]
 _PROVIDERS: tuple[str, ...] = get_args(Provider)
-_ROUTE_KEYS = ("match", "provider", "base_url", "api_key_env", "model", "price")
+_STR_KEYS = ("match", "provider", "base_url", "api_key_env", "model")
+_ROUTE_KEYS = (*_STR_KEYS, "price", *CONTEXT_KEYS)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -34,6 +37,9 @@ class ModelRoute:
     """A model name sent upstream instead of the agent's (e.g. `llama3.1:8b`)."""
     price: Price | None = None
     """List price of the models it serves (None: `pricing.DEFAULT_PRICES`, if any)."""
+    context: dict[str, Any] = field(default_factory=dict)
+    """`context_window` / `compaction_threshold` / `compaction_model`, as
+    `context_window.parse_context` returns them (empty: the defaults)."""
 
     def __post_init__(self) -> None:
         if self.provider == "openai" and not self.base_url:
@@ -57,7 +63,16 @@ def parse_routes(table: Mapping[str, Any]) -> list[ModelRoute]:
     entries = table.get("routes", [])
     if not isinstance(entries, list):
         raise ValueError("models.routes must be an array of tables ([[models.routes]])")
-    return [_parse_route(i + 1, entry) for i, entry in enumerate(entries)]
+    routes = [_parse_route(i + 1, entry) for i, entry in enumerate(entries)]
+    for number, route in enumerate(routes, start=1):
+        summariser = route.context.get("compaction_model")
+        every = (*routes, *DEFAULT_ROUTES)
+        if summariser and not any(fnmatch.fnmatchcase(summariser, r.match) for r in every):
+            raise ValueError(
+                f"[[models.routes]] entry {number}: compaction_model {summariser!r} matches no "
+                "model route"
+            )
+    return routes
 
 
 def _parse_route(number: int, entry: Any) -> ModelRoute:
@@ -67,7 +82,7 @@ def _parse_route(number: int, entry: Any) -> ModelRoute:
     unknown = sorted(set(entry) - set(_ROUTE_KEYS))
     if unknown:
         raise ValueError(f"{where}: unknown keys {unknown}; allowed: {list(_ROUTE_KEYS)}")
-    fields = {key: _optional_str(where, key, entry.get(key)) for key in _ROUTE_KEYS[:-1]}
+    fields = {key: _optional_str(where, key, entry.get(key)) for key in _STR_KEYS}
     if not fields["match"]:
         raise ValueError(f"{where}: 'match' is required (an fnmatch pattern such as 'claude-*')")
     provider = fields["provider"]
@@ -92,6 +107,7 @@ def _parse_route(number: int, entry: Any) -> ModelRoute:
         api_key_env=key_env,
         model=fields["model"],
         price=parse_price(where, entry["price"]) if "price" in entry else None,
+        context=parse_context(where, entry),
     )
 
 

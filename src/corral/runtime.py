@@ -117,7 +117,9 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     )
     blobs = LocalBlobStore(settings.data_dir / "blobs")
     files = FileService(store, blobs, max_bytes=settings.max_file_bytes)
-    skills = SkillService(store, blobs, settings.data_dir / "skills")
+    skills = SkillService(
+        store, blobs, settings.data_dir / "skills", anthropic=settings.anthropic_skills
+    )
     web_search = _web_search(settings)
     agents = AgentService(
         store,
@@ -203,6 +205,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
         mcp=McpToolsets(mcp_client),
         work=work_items,
         prices=models,
+        contexts=models,
         settings=BrainSettings(
             lease_seconds=settings.lease_seconds,
             eager_sandboxes=settings.eager_sandboxes,

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 
+from corral.brain import compaction
 from corral.brain import events as ev
 from corral.brain.context import build_request, with_memory_section
 from corral.brain.cost import usage_events
@@ -15,6 +16,7 @@ from corral.brain.decide import (
     Action,
     AnswerLost,
     CallModel,
+    Compact,
     FinishTurn,
     Halt,
     HandleInterrupt,
@@ -23,6 +25,7 @@ from corral.brain.decide import (
     RequestAction,
     RunTool,
     StopAtBudget,
+    StopAtCompactionLimit,
 )
 from corral.brain.mcp import mcp_use_event, offer_for, run_mcp_tool
 from corral.brain.remote import answer_lost, request_action
@@ -58,6 +61,10 @@ async def act(run: Run, action: Action) -> None:
             await answer_lost(run, action)
         case StopAtBudget():
             await run.append(ev.status_idle("budget_reached"))
+        case Compact():
+            await compaction.compact(run, action)
+        case StopAtCompactionLimit():
+            await compaction.stop_at_limit(run)
         case HandleInterrupt() | FinishTurn():
             await run.append(ev.status_idle("end_turn"))
         case Halt():

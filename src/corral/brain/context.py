@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from corral.brain.window import fit_result, summary_text
 from corral.models.base import ModelRequest
 from corral.tools.builtin import BUILTIN_TOOLS
 from corral.tools.mcp_names import mcp_tool_name
@@ -22,6 +23,7 @@ from corral.wire.events import (
     AgentMessageEvent,
     AgentToolResultEvent,
     AgentToolUseEvent,
+    ContextSummaryEvent,
     LogEvent,
     SessionStatusIdleEvent,
     SpanModelRequestEndEvent,
@@ -150,17 +152,21 @@ class Transcript:
         self._held: list[dict[str, Any]] = []
         self.blocks_built = 0
         """Blocks made so far (a work counter: per step it grows with new events only)."""
+        self.result_cap: int | None = None
+        """Tool results above this many estimated tokens are truncated (`window.fit_result`)."""
+        self.summary: str | None = None
+        """The newest compaction's summary, shown in place of the turns it replaced."""
+        self.dropped = 0
+        """Turns replaced by the summary (turn indexes in the log count them)."""
 
     def apply(self, event: LogEvent) -> None:
         """Add what `event` shows the model (most events show nothing)."""
         match event:
             case UserMessageEvent() | SystemMessageEvent():
                 self._add_input(_input_blocks(event))
-            case SpanModelRequestStartEvent():
-                self._release()  # a request still in flight here died with its brain
-                self._in_flight = True
-            case SpanModelRequestEndEvent():
-                self._release()
+            case SpanModelRequestStartEvent() | SpanModelRequestEndEvent():
+                self._release()  # at a start: a request still in flight died with its brain
+                self._in_flight = isinstance(event, SpanModelRequestStartEvent)
             case AgentMessageEvent():
                 for block in event.content:
                     if block.get("type") == "text":
@@ -183,13 +189,45 @@ class Transcript:
                 for use_id in list(self._open):
                     self._add("user", _result_block(use_id, None))
                 self._open.clear()
+            case ContextSummaryEvent():
+                self._compact(event.summary, event.cut_turn, event.cut_blocks)
             case _:
                 pass
 
     def messages(self) -> list[dict[str, Any]]:
-        """The request's `messages`: every turn, plus placeholder results for calls still
-        open (a request must answer every tool use). Earlier turns are shared, not copied;
-        the last one is copied because later events extend it in place."""
+        """The request's `messages`: the summary of compacted turns (if any), every later
+        turn, plus placeholder results for calls still open (a request must answer every tool
+        use). Earlier turns are shared, not copied; the last one is copied because later
+        events extend it in place."""
+        out = self._turn_messages()
+        if self.summary is None:
+            return out
+        # The summary starts the new stable prefix: a prompt-cache breakpoint of its own, so
+        # requests after a compaction read it (and the tools and system before it) from cache.
+        head = {
+            "type": "text",
+            "text": summary_text(self.summary),
+            "cache_control": {"type": "ephemeral"},
+        }
+        if out and out[0]["role"] == "user":
+            return [{"role": "user", "content": [head, *out[0]["content"]]}, *out[1:]]
+        return [{"role": "user", "content": [head]}, *out]
+
+    def _compact(self, summary: str, cut_turn: int, cut_blocks: int) -> None:
+        """Replace the turns before `cut_turn` (counted from the log's first) and the first
+        `cut_blocks` blocks of that turn by `summary` (see `window.choose_cut`)."""
+        cut = min(cut_turn - self.dropped, len(self.turns) - 1)
+        if cut > 0:
+            del self.turns[:cut]
+            self.dropped += cut
+        if cut_blocks and self.turns:
+            first = self.turns[0]
+            self.turns[0] = {"role": first["role"], "content": first["content"][cut_blocks:]}
+            if len(self.turns) == 1:
+                self._results_in_last = max(self._results_in_last - cut_blocks, 0)
+        self.summary = summary
+
+    def _turn_messages(self) -> list[dict[str, Any]]:
         placeholders = [_result_block(use_id, None) for use_id in self._open]
         self.blocks_built += len(placeholders)
         extra = [*placeholders, *self._held]
@@ -228,7 +266,10 @@ class Transcript:
             use_id = event.tool_use_id
         if use_id in self._open:
             del self._open[use_id]
-            self._add("user", _result_block(use_id, event))
+            block = _result_block(use_id, event)
+            self._add(
+                "user", block if self.result_cap is None else fit_result(block, self.result_cap)
+            )
 
     def _add(self, role: str, block: dict[str, Any]) -> None:
         self.blocks_built += 1

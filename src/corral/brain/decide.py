@@ -71,6 +71,20 @@ class StopAtBudget:
 
 
 @dataclass(frozen=True, slots=True)
+class Compact:
+    """The next request would pass the context threshold: summarise older turns first
+    (`brain.compaction`); `attempt` > 0 is a retry after a failed summary request."""
+
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StopAtCompactionLimit:
+    """Compacted too many times in a row without a model response: end the turn with
+    `compaction_limit_reached_error`."""
+
+
+@dataclass(frozen=True, slots=True)
 class FinishTurn:
     """The model is done: go idle with `end_turn`."""
 
@@ -85,6 +99,8 @@ Action = (
     | RequestAction
     | CallModel
     | StopAtBudget
+    | Compact
+    | StopAtCompactionLimit
     | FinishTurn
 )
 
@@ -111,10 +127,19 @@ def decide(state: SessionState) -> Action:
     if awaiting:
         return Halt() if state.waiting_on == awaiting else RequestAction(awaiting)
     if state.last_input_seq > state.last_answer_seq:
-        return StopAtBudget() if state.over_budget else CallModel(state.model_retries)
+        return _answer(state)
     if state.status in ("running", "rescheduling"):
         return FinishTurn()
     return Halt()
+
+
+def _answer(state: SessionState) -> Action:
+    """Input awaits the model: call it, unless the budget or the context window says not yet."""
+    if state.over_budget:
+        return StopAtBudget()
+    if state.context.over:
+        return StopAtCompactionLimit() if state.context.exhausted else Compact(state.model_retries)
+    return CallModel(state.model_retries)
 
 
 def _runnable(call: ToolCall) -> bool:

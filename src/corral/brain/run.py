@@ -16,12 +16,14 @@ import anyio
 import anyio.lowlevel
 
 from corral.brain import events as ev
-from corral.brain.context import Transcript
+from corral.brain.context import Transcript, system_prompt, tool_definitions
 from corral.brain.mcp import McpToolsets
 from corral.brain.memo import Folded, Memo
 from corral.brain.sandboxes import SandboxPool
 from corral.brain.state import SessionState, apply
 from corral.brain.telemetry import RunTelemetry
+from corral.brain.window import estimate_tokens, result_cap
+from corral.context_window import ContextPolicy
 from corral.models.base import ModelClient
 from corral.pricing import Price
 from corral.session.log import EventQuery, Fence, NewEvents, StoredEvent, Subscription
@@ -65,6 +67,14 @@ class PriceList(Protocol):
 
     def price_for(self, model: str) -> Price | None:
         """The price of `model`, or None when it has none (its cost is not tracked)."""
+        ...
+
+
+class ContextPolicies(Protocol):
+    """Context windows of models (`ModelRouter.context_for`)."""
+
+    def context_for(self, model: str) -> ContextPolicy | None:
+        """How `model`'s context is managed, or None when it is never compacted."""
         ...
 
 
@@ -123,6 +133,8 @@ class BrainDeps:
     """The self-hosted work queue (None: no session can have remote hands)."""
     prices: PriceList | None = None
     """List prices (None: no cost is tracked, so budgets only ever see zero)."""
+    contexts: ContextPolicies | None = None
+    """Context windows (None: no session is ever compacted)."""
     memo: Memo = field(default_factory=Memo)
     stats: BrainStats = field(default_factory=BrainStats)
 
@@ -143,6 +155,7 @@ class Run:
         self.transcript = folded.transcript
         model = (self.agent.get("model") or {}).get("id")
         self.telemetry = RunTelemetry(fence.session_id, str(model or "unknown"))
+        self.context_policy = self._configure_context()
 
     @property
     def agent(self) -> dict[str, Any]:
@@ -153,6 +166,20 @@ class Run:
         """The list price of this session's model, if it has one."""
         prices = self.deps.prices
         return None if prices is None else prices.price_for(str(self.agent["model"]["id"]))
+
+    def _configure_context(self) -> ContextPolicy | None:
+        """Give the meter and the transcript this session's window (configuration, not log:
+        set before anything is folded, and the same after a restart)."""
+        contexts, agent = self.deps.contexts, self.agent
+        policy = None if contexts is None else contexts.context_for(str(agent["model"]["id"]))
+        meter = self.state.context
+        if policy is None:
+            meter.limit = meter.cap = self.transcript.result_cap = None
+            return None
+        meter.limit = policy.limit
+        meter.cap = self.transcript.result_cap = result_cap(policy.window)
+        meter.overhead = estimate_tokens([system_prompt(agent, ()), tool_definitions(agent)])
+        return policy
 
     def folded(self) -> Folded:
         """What this run has folded so far (for the memo)."""

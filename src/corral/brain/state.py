@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from corral.brain.window import ContextMeter
 from corral.pricing import NANOS_PER_CENT
 from corral.wire.events import (
     AgentCustomToolUseEvent,
@@ -20,6 +21,7 @@ from corral.wire.events import (
     AgentToolResultEvent,
     AgentToolUseEvent,
     BudgetSetEvent,
+    ContextSummaryEvent,
     HandsRemoteEvent,
     LogEvent,
     LogFormatEvent,
@@ -139,6 +141,8 @@ class SessionState:
     """The session's budget as the wire shows it (`corral.budget`, `session.updated`)."""
     budget_nanos: int | None = None
     """Its `max_list_cost` in nano-dollars; None: no budget."""
+    context: ContextMeter = field(default_factory=ContextMeter)
+    """The estimated size of the next model request (compaction; `brain.window`)."""
 
     @property
     def over_budget(self) -> bool:
@@ -182,6 +186,7 @@ def fold(events: Iterable[tuple[int, Mapping[str, Any] | LogEvent]]) -> SessionS
 def apply(state: SessionState, seq: int, event: LogEvent) -> SessionState:
     """Fold one event (the next in the log, at `seq`) into `state`, in place; returns it."""
     state.last_seq = seq
+    state.context.apply(event)
     if not _apply_call_event(state, seq, event) and not _apply_cost_event(state, event):
         _apply_turn_event(state, seq, event)
     return state
@@ -228,6 +233,9 @@ def _apply_cost_event(state: SessionState, event: LogEvent) -> bool:
             state.next_floor_nanos = event.floor_nanos
         case BudgetSetEvent():
             _set_budget(state, event.budget)
+        case ContextSummaryEvent():  # a summary request succeeded; its tokens count too
+            _add_usage(state, event.model_usage)
+            state.model_retries = 0
         case SessionUpdatedEvent() if "budget" in event.model_fields_set:
             _set_budget(state, event.budget)
         case _:
@@ -318,14 +326,18 @@ def _set_budget(state: SessionState, budget: dict[str, Any] | None) -> None:
 
 def _end_request(state: SessionState, seq: int, event: SpanModelRequestEndEvent) -> None:
     state.model_requests += 1
-    for key, count in event.model_usage.items():
-        state.usage[key] = state.usage.get(key, 0) + int(count)
+    _add_usage(state, event.model_usage)
     started = state.request_starts.pop(event.model_request_start_id, seq)
     if not event.is_error:
         # Input logged while the model was streaming was not in its request: only what
         # preceded the request's start counts as answered.
         state.last_answer_seq = max(state.last_answer_seq, started)
         state.model_retries = 0
+
+
+def _add_usage(state: SessionState, model_usage: Mapping[str, int]) -> None:
+    for key, count in model_usage.items():
+        state.usage[key] = state.usage.get(key, 0) + int(count)
 
 
 def _set_status(state: SessionState, status: Status) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Mapping
 
+from corral.context_window import ContextPolicy, policy_for
 from corral.model_routes import DEFAULT_ROUTES, ModelRoute, Provider, parse_routes
 from corral.models.anthropic import AnthropicClient
 from corral.models.base import ModelClient
@@ -49,6 +50,16 @@ class ModelRouter:
         self._env = dict(env)
         self._scripted_factory = scripted_factory
         self._clients: dict[int, ModelClient] = {}
+        for route in routes:
+            summariser = route.context.get("compaction_model")
+            if summariser is not None:
+                try:
+                    self._index_for(summariser)
+                except UnknownModel:
+                    raise ValueError(
+                        f"model route {route.match!r}: compaction_model {summariser!r} matches "
+                        "no model route"
+                    ) from None
 
     def route_for(self, model: str) -> ModelRoute:
         """The first route matching `model`.
@@ -66,6 +77,15 @@ class ModelRouter:
         except UnknownModel:
             return None
         return route.price or default_price(model)
+
+    def context_for(self, model: str) -> ContextPolicy | None:
+        """How `model`'s context is managed: its route's `context_window` (else the built-in
+        window of a known Claude model) and compaction settings; None: never compacted."""
+        try:
+            route = self.route_for(model)
+        except UnknownModel:
+            return None
+        return policy_for(model, route.context)
 
     def client_for(self, model: str) -> ModelClient:
         """The client serving `model`, built on first use and cached per route.

@@ -6,6 +6,8 @@ keeps the records and must not read an upload whole into memory.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,15 @@ from corral.errors import BadRequest, Conflict, NotFound
 from corral.files.blobs import BlobStore
 from corral.ids import new_id, now_rfc3339
 from corral.service.common import check_limit, page_envelope
-from corral.service.skill_bundle import MAX_SKILL_BYTES, Bundle, UploadedFile, build, unpack
+from corral.service.skill_bundle import (
+    MAX_FRONT_MATTER,
+    MAX_SKILL_BYTES,
+    Bundle,
+    UploadedFile,
+    build,
+    parse_front_matter,
+    unpack,
+)
 from corral.store.base import Page, Resource, Store
 
 __all__ = ["MAX_SKILL_BYTES", "SkillMount", "SkillService", "UploadedFile"]
@@ -36,10 +46,18 @@ class SkillMount:
 class SkillService:
     """Skills and their versions."""
 
-    def __init__(self, store: Store, blobs: BlobStore, unpack_root: Path) -> None:
+    def __init__(
+        self,
+        store: Store,
+        blobs: BlobStore,
+        unpack_root: Path,
+        anthropic: Mapping[str, Path] | None = None,
+    ) -> None:
         self.store = store
         self.blobs = blobs
         self.unpack_root = unpack_root
+        self.anthropic = dict(anthropic or {})
+        """`[skills.anthropic]`: Anthropic skill ids served from local directories."""
 
     async def create(self, files: list[UploadedFile], display_name: str | None) -> dict[str, Any]:
         """A new skill with its first version."""
@@ -164,18 +182,28 @@ class SkillService:
 
     async def resolve(self, ref_type: str, skill_id: str, version: str | None) -> str:
         """The concrete version id an agent pins (`latest` resolved now)."""
-        if ref_type != "custom":
-            raise BadRequest(
-                f"skills: anthropic skill {skill_id!r} is not available on this "
-                "server; upload it as a custom skill"
-            )
+        if ref_type == "anthropic":
+            if skill_id not in self.anthropic:
+                mapped = sorted(self.anthropic) or "none"
+                raise BadRequest(
+                    f"skills: anthropic skill {skill_id!r} is not available on this server: "
+                    "the operator maps Anthropic skill ids to local skill directories in the "
+                    f"skills.anthropic setting of corral.toml (mapped: {mapped}); or upload it "
+                    "as a custom skill"
+                )
+            return version or "latest"  # the operator's directory is the version served
         try:
             return str((await self.version(skill_id, version or "latest"))["id"])
         except NotFound as exc:
             raise BadRequest(f"skills: {exc.message}") from exc
 
     async def materialize(self, skill_id: str, version_id: str) -> SkillMount:
-        """Unpack a version once under the data dir; returns what to mount and to tell the model."""
+        """Unpack a version once under the data dir; returns what to mount and to tell the model.
+
+        An Anthropic skill (an id of `skills.anthropic`; custom ids all start with `skill_`)
+        is its operator's directory, mounted as it is."""
+        if skill_id in self.anthropic:
+            return await anyio.to_thread.run_sync(_local_skill, skill_id, self.anthropic[skill_id])
         row = await self.store.get_resource("skill_version", version_id)
         if row is None:
             raise NotFound(f"skill version {version_id} not found")
@@ -203,6 +231,22 @@ class SkillService:
             "skill_version", Page(limit=10_000, include_archived=True)
         )
         return [r.body for r in rows if r.body["skill_id"] == skill_id]
+
+
+_MOUNT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
+
+
+def _local_skill(skill_id: str, path: Path) -> SkillMount:
+    """An operator's skill directory: named by its SKILL.md front matter (else its id)."""
+    try:
+        with (path / "SKILL.md").open("rb") as handle:
+            meta = parse_front_matter(handle.read(MAX_FRONT_MATTER).decode("utf-8", "replace"))
+    except OSError as exc:
+        raise NotFound(f"anthropic skill {skill_id!r}: {path}/SKILL.md is unreadable") from exc
+    name = meta.get("name") or skill_id
+    if not _MOUNT_NAME.match(name):  # it names a directory under /mnt/skills
+        name = skill_id
+    return SkillMount(name=name, description=meta.get("description", ""), host_dir=path)
 
 
 def _public(body: dict[str, Any]) -> dict[str, Any]:

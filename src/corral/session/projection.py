@@ -45,7 +45,9 @@ _STATUS_BY_EVENT = {
     "session.status_terminated": "terminated",
 }
 
-_SUMMARY_EVENT_TYPES = frozenset({*_STATUS_BY_EVENT, "span.model_request_end", "corral.model_cost"})
+_SUMMARY_EVENT_TYPES = frozenset(
+    {*_STATUS_BY_EVENT, "span.model_request_end", "corral.model_cost", "corral.context_summary"}
+)
 """The only events `project` changes a summary for."""
 
 _SERVER_TOOL_COUNTERS = {"web_search": "web_search_requests"}
@@ -67,7 +69,7 @@ def project(summary: SessionSummary, event: dict[str, Any]) -> SessionSummary:
     kind = event.get("type")
     if kind in _STATUS_BY_EVENT:
         _apply_status(summary, _STATUS_BY_EVENT[str(kind)], str(event.get("processed_at")))
-    elif kind == "span.model_request_end":
+    elif kind in ("span.model_request_end", "corral.context_summary"):  # a summary's request
         _add_usage(summary.usage, event.get("model_usage") or {})
     elif kind == "corral.model_cost":
         summary.usage[LIST_COST_NANOS] = int(summary.usage.get(LIST_COST_NANOS, 0)) + int(

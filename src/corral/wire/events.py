@@ -456,6 +456,30 @@ class WorkerLostEvent(Logged):
     work_id: str
 
 
+class AgentThreadContextCompactedEvent(Logged):
+    """`agent.thread_context_compacted`: from here on the model sees a summary of the earlier
+    conversation instead of it (the log keeps every original event)."""
+
+    type: Literal["agent.thread_context_compacted"]
+
+
+class ContextSummaryEvent(Logged):
+    """`corral.context_summary` (internal, appended with `agent.thread_context_compacted`):
+    the summary that replaces the transcript's turns before `cut_turn` (an index counted over
+    every turn the log ever made) and the first `cut_blocks` blocks of that turn, the
+    estimated sizes before and after, and what the summarising request used, so a restarted
+    brain builds the same context."""
+
+    type: Literal["corral.context_summary"]
+    summary: str
+    cut_turn: int
+    cut_blocks: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    model: str = ""
+    model_usage: dict[str, int] = Field(default_factory=dict)
+
+
 LogEvent = Annotated[
     UserMessageEvent
     | UserInterruptEvent
@@ -485,7 +509,9 @@ LogEvent = Annotated[
     | WorkerLostEvent
     | SessionUsageEvent
     | ModelCostEvent
-    | BudgetSetEvent,
+    | BudgetSetEvent
+    | AgentThreadContextCompactedEvent
+    | ContextSummaryEvent,
     Field(discriminator="type"),
 ]
 """Every event a session log can hold, discriminated on `type`."""
@@ -520,6 +546,8 @@ LogEventType = Literal[
     "session.usage",
     "corral.model_cost",
     "corral.budget",
+    "agent.thread_context_compacted",
+    "corral.context_summary",
 ]
 """The `type` tags of `LogEvent`, for code that builds event bodies."""
 
@@ -531,6 +559,7 @@ INTERNAL_EVENT_TYPES = frozenset(
         "corral.worker_lost",
         "corral.model_cost",
         "corral.budget",
+        "corral.context_summary",
     }
 )
 """Brain bookkeeping kept in the log but never shown to clients (events.list, SSE): client
