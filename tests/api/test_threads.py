@@ -78,6 +78,15 @@ def coordinator(request: dict[str, Any]) -> Reply:
     once three replies (alpha, beta, alpha's confirmation) are in."""
     results, replies = _result_texts(request), _thread_messages(request)
     assistant_turns = sum(1 for m in request["messages"] if m["role"] == "assistant")
+    if "KILL" in first_user_text(request):  # start alpha and gamma, answer after both reply
+        if assistant_turns == 0:
+            return Turn(
+                [
+                    ToolUse(START, {"agent": "alpha", "task": "write a.txt"}),
+                    ToolUse(START, {"agent": "gamma", "task": "write g.txt"}),
+                ]
+            )
+        return Turn([Text("All done")]) if len(replies) >= 2 else Turn([ToolUse(WAIT, {})])
     if "ONE-THREAD" in first_user_text(request):  # start the sleeper, wait for its reply
         if assistant_turns == 0:
             return Turn([ToolUse(START, {"agent": "sleeper", "task": "sleep"})])
@@ -115,6 +124,12 @@ def beta(request: dict[str, Any]) -> Reply:
     return Turn([Text("beta wrote b.txt")])
 
 
+def gamma(request: dict[str, Any]) -> Reply:
+    if _result_texts(request):
+        return Turn([Text("gamma wrote g.txt")])
+    return Turn([ToolUse("bash", {"command": "sleep 1; echo gamma > /workspace/g.txt"})])
+
+
 def sleeper(request: dict[str, Any]) -> Reply:
     if _result_texts(request):
         return Turn([Text("slept")])
@@ -127,6 +142,7 @@ SCRIPTS = by_system(
         "ROLE:alpha": alpha,
         "ROLE:beta": beta,
         "ROLE:sleeper": sleeper,
+        "ROLE:gamma": gamma,
     }
 )
 
@@ -313,3 +329,43 @@ def test_interrupt_one_thread(threaded: ServerProcess) -> None:
     child = thread_events(client, session_id, thread_id)
     result = next(e for e in child if e.type == "agent.tool_result")
     assert result.is_error and "Interrupted" in result.content[0].text
+
+
+@pytest.mark.parametrize("moment", ["threads_running", "first_reply"])
+def test_kill_mid_run_resumes_every_thread(threaded: ServerProcess, moment: str) -> None:
+    client = threaded.client()
+    session_id = make_team(client, ("alpha", [BASH]), ("gamma", [BASH]))
+    say(client, session_id, "KILL start both")
+
+    def reached() -> bool:
+        log = events(client, session_id)
+        if moment == "first_reply":
+            return any(e.type == "agent.thread_message_received" for e in log)
+        running = {e.session_thread_id for e in log if e.type == "session.thread_status_running"}
+        return len(running) == 2
+
+    wait_until(reached, moment)
+    threaded.restart()
+    client = threaded.client()
+    wait_idle(client, session_id, stop="end_turn", timeout=90)
+    log = events(client, session_id)
+    assert_log_sound(log)
+    assert [e.content[0].text for e in log if e.type == "agent.message"] == ["All done"]
+    assert len([e for e in log if e.type == "session.thread_created"]) == 2
+    received = [e for e in log if e.type == "agent.thread_message_received"]
+    assert len(received) == 2 and len({e.from_session_thread_id for e in received}) == 2
+    threads = list(client.beta.sessions.threads.list(session_id))
+    assert len(threads) == 3
+    for child in threads[1:]:
+        own = thread_events(client, session_id, child.id)
+        assert_log_sound(own)
+        kinds = [e.type for e in own]
+        assert kinds.count("agent.thread_message_received") == 1  # its task, once
+        assert kinds.count("agent.thread_message_sent") == 1  # its reply, once
+        uses = [e for e in own if e.type == "agent.tool_use"]
+        results = [e for e in own if e.type == "agent.tool_result"]
+        assert len(uses) == len(results) == 1
+        # every status change of the thread is cross-posted exactly once
+        statuses = [e.id for e in own if e.type.startswith("session.thread_status_")]
+        posted = [e.id for e in log if e.type.startswith("session.thread_status_")]
+        assert set(statuses) <= set(posted)
