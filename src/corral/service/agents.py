@@ -134,7 +134,9 @@ class AgentService:
             value = body.get("multiagent")
             if "multiagent" not in req.model_fields_set and value is not None:
                 value = _unresolve_multiagent(value)
-            body["multiagent"] = await resolve_multiagent(self.store, value, body["tools"])
+            body["multiagent"] = await resolve_multiagent(
+                self.store, value, body["tools"], agent_id
+            )
         if "skills" in req.model_fields_set:
             body["skills"] = await self.resolve_skills(req.skills or [])
         self.check_model(str(body["model"]["id"]))

@@ -30,9 +30,10 @@ _THREAD_AGENT_KEYS = (
 
 
 async def resolve_multiagent(
-    store: Store, value: Any, tools: list[dict[str, Any]]
+    store: Store, value: Any, tools: list[dict[str, Any]], self_id: str | None = None
 ) -> dict[str, Any] | None:
-    """The stored form of a request's `multiagent` (roster versions pinned)."""
+    """The stored form of a request's `multiagent` (roster versions pinned); `self_id` is
+    the agent being updated (it may not be in its own roster)."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -46,7 +47,7 @@ async def resolve_multiagent(
     if kind == "coordinator":
         _only(value, {"type", "agents"}, "multiagent")
         entries = value.get("agents")
-        agents = await _roster(store, entries, "multiagent.agents")
+        agents = await _roster(store, entries, "multiagent.agents", self_id)
         return {"type": "coordinator", "agents": agents}
     if kind == "multiagent_20261001":
         _only(value, {"type", "advisor", "subagents", "workflows"}, "multiagent")
@@ -73,7 +74,7 @@ async def resolve_multiagent(
                     "this server; send {type: disabled} and list predefined_agents"
                 )
             where = "multiagent.subagents.predefined_agents"
-            agents = await _roster(store, sub.get("predefined_agents"), where)
+            agents = await _roster(store, sub.get("predefined_agents"), where, self_id)
             resolved["subagents"] = {
                 "type": "enabled",
                 "inline_agents": disabled,
@@ -89,7 +90,9 @@ def _only(value: dict[str, Any], allowed: set[str], where: str) -> None:
             raise BadRequest(f"{where}.{key}: unknown field")
 
 
-async def _roster(store: Store, entries: Any, where: str) -> list[dict[str, Any]]:
+async def _roster(
+    store: Store, entries: Any, where: str, self_id: str | None
+) -> list[dict[str, Any]]:
     if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_ROSTER:
         raise BadRequest(f"{where}: must list 1 to {MAX_ROSTER} agents")
     out: list[dict[str, Any]] = []
@@ -107,6 +110,8 @@ async def _roster(store: Store, entries: Any, where: str) -> list[dict[str, Any]
             )
         found = await _entry_agent(store, entry, at)
         agent_id = found.id
+        if agent_id == self_id:
+            raise BadRequest(f"{at}: an agent cannot be in its own roster")
         if found.archived_at is not None or found.body.get("archived_at"):
             raise BadRequest(f"{at}: agent {agent_id} is archived", error_code="agent_archived")
         if found.body.get("multiagent"):

@@ -466,16 +466,34 @@ class SessionThreadCreatedEvent(Logged):
     agent_name: str = ""
 
 
-class SessionThreadStatusEvent(Logged):
-    """`session.thread_status_*`: a child thread's status, cross-posted to the parent's log
-    (its own log holds the `session.status_*` event with the same id)."""
+class SessionThreadStatusRunningEvent(Logged):
+    """`session.thread_status_running`: a child thread's status, cross-posted to the parent's
+    log (its own log holds the `session.status_*` event with the same id); so are the other
+    three below."""
 
-    type: Literal[
-        "session.thread_status_running",
-        "session.thread_status_idle",
-        "session.thread_status_rescheduled",
-        "session.thread_status_terminated",
-    ]
+    type: Literal["session.thread_status_running"]
+    agent_name: str = ""
+
+
+class SessionThreadStatusIdleEvent(Logged):
+    """`session.thread_status_idle` (cross-post)."""
+
+    type: Literal["session.thread_status_idle"]
+    agent_name: str = ""
+    stop_reason: StopReason | None = None
+
+
+class SessionThreadStatusRescheduledEvent(Logged):
+    """`session.thread_status_rescheduled` (cross-post)."""
+
+    type: Literal["session.thread_status_rescheduled"]
+    agent_name: str = ""
+
+
+class SessionThreadStatusTerminatedEvent(Logged):
+    """`session.thread_status_terminated` (cross-post)."""
+
+    type: Literal["session.thread_status_terminated"]
     agent_name: str = ""
 
 
@@ -547,7 +565,10 @@ LogEvent = Annotated[
     | ModelCostEvent
     | BudgetSetEvent
     | SessionThreadCreatedEvent
-    | SessionThreadStatusEvent
+    | SessionThreadStatusRunningEvent
+    | SessionThreadStatusIdleEvent
+    | SessionThreadStatusRescheduledEvent
+    | SessionThreadStatusTerminatedEvent
     | AgentThreadMessageSentEvent
     | AgentThreadMessageReceivedEvent
     | ThreadRoleEvent
