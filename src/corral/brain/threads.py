@@ -168,6 +168,8 @@ def _reply(ts: ThreadState, role: ThreadRoleEvent, seq: int, close: LogEvent) ->
         to_session_thread_id=role.parent_thread_id,
         content=content,
     )
+    for body in (received, sent):  # stamped when delivered, so a re-fold owes the same
+        del body["processed_at"]
     return Outgoing(seq, received, sent)
 
 
