@@ -89,6 +89,12 @@ class SessionService:
             raise BadRequest("environment_id: this server has no work queue for self_hosted")
         vault_ids = await self._check_vaults(req.vault_ids or [])
         snapshot = await self._snapshot(req.agent)
+        if snapshot.get("multiagent") and (remote or req.budget is not None):
+            field = "environment_id" if remote else "budget"
+            raise BadRequest(
+                f"{field}: multiagent sessions cannot use "
+                f"{'self_hosted environments' if remote else 'budgets'} on this server yet"
+            )
         budget = None if req.budget is None else self._checked_budget(snapshot, req.budget)
         now = now_rfc3339()
         tokens: dict[str, str] = {}  # repository tokens, stored sealed once the session exists

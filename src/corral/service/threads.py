@@ -18,7 +18,12 @@ from corral.service.events import EventService, decode_cursor, encode_cursor
 from corral.service.sessions import SessionService, client_event, render_session
 from corral.session.log import EventQuery
 from corral.session.projection import LIST_COST_NANOS
-from corral.session.threads import MAX_THREADS, child_view, primary_thread_id
+from corral.session.threads import (
+    MAX_THREADS,
+    child_view,
+    derived_event_id,
+    primary_thread_id,
+)
 from corral.store.base import Page, SessionFilter, SessionRow, Store
 
 _ANSWER_KEYS = {
@@ -115,7 +120,8 @@ class ThreadService:
                 stored.extend(await self.events.append_client(session_id, [body]))
                 continue
             own = {k: v for k, v in body.items() if k != "session_thread_id"}
-            own["id"] = body["id"]
+            if len(targets[0]) > 1:  # one event for several logs: each echo needs its own id
+                own["id"] = derived_event_id(str(body["id"]), target.session_id)
             kept = await self.events.append_client(target.session_id, [own])
             echo = {**kept[0], "session_thread_id": target.session_id}
             await self.store.append(session_id, [echo])
