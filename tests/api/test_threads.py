@@ -330,6 +330,17 @@ def test_interrupt_one_thread(threaded: ServerProcess) -> None:
     result = next(e for e in child if e.type == "agent.tool_result")
     assert result.is_error and "Interrupted" in result.content[0].text
 
+    # Without session_thread_id an interrupt reaches the primary and every live thread.
+    sent = client.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
+    assert [e.session_thread_id for e in sent.data] == [None, thread_id]
+    wait_until(
+        lambda: (
+            [e.type for e in thread_events(client, session_id, thread_id)].count("user.interrupt")
+            == 2
+        ),
+        "the second interrupt on the thread's log",
+    )
+
 
 @pytest.mark.parametrize("moment", ["threads_running", "first_reply"])
 def test_kill_mid_run_resumes_every_thread(threaded: ServerProcess, moment: str) -> None:

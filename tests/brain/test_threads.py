@@ -114,6 +114,12 @@ def test_a_turn_without_a_message_still_answers_the_coordinator() -> None:
     assert "without a message" in reply["content"][0]["text"]
 
 
+def test_closing_a_thread_that_was_not_working_sends_no_reply() -> None:
+    log = [fmt(), role(), task(), running(), said("x"), idle(), relayed(6), interrupt(), idle()]
+    state = folded(log)
+    assert [o.body["type"] for o in state.thread.outbox] == ["session.thread_status_idle"]
+
+
 def test_a_session_without_a_role_owes_nothing() -> None:
     state = folded([fmt(), msg(), running(), span("s"), said("hi"), span_end("s"), idle()])
     assert state.thread.outbox == [] and decide(state) == Halt()

@@ -89,6 +89,8 @@ class ThreadState:
     """Text of the newest `agent.message` of the current turn (a child's reply)."""
     last_received_seq: int = 0
     """Seq of the newest `agent.thread_message_received` (what a wait call waits for)."""
+    in_turn: bool = False
+    """A child's turn is open (running since its last close): its close is a reply."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +140,9 @@ def _child_outgoing(ts: ThreadState, role: ThreadRoleEvent, seq: int, event: Log
                 isinstance(event, SessionStatusIdleEvent)
                 and event.stop_reason.type != "requires_action"
             )
-            if closes:
-                ts.outbox.append(_reply(ts, role, seq, event))
+            if closes and ts.in_turn:  # a close with no turn open (an idle thread
+                ts.outbox.append(_reply(ts, role, seq, event))  # interrupted) answers nothing
+            ts.in_turn = isinstance(event, SessionStatusRunningEvent) or (ts.in_turn and not closes)
         case AgentCustomToolUseEvent():
             ts.outbox.append(Outgoing(seq, _crosspost(event, role)))
         case AgentToolUseEvent() | AgentMcpToolUseEvent() if event.evaluated_permission == "ask":
