@@ -279,6 +279,12 @@ def test_coordinator_and_two_threads(threaded: ServerProcess) -> None:
     assert kinds[0] == "agent.thread_message_received"
     assert kinds.count("agent.thread_message_sent") == 2  # two turns, two replies
     assert "session.thread_status_running" in kinds and "agent.tool_use" in kinds
+    primary_log = thread_events(client, session_id, threads[0].id)
+    assert primary_log[-1].type == "session.status_idle"
+    assert all(
+        not getattr(e, "session_thread_id", None) or e.type == "session.thread_created"
+        for e in primary_log
+    ), "the primary thread's own log holds no cross-posts"
     beta_log = thread_events(client, session_id, children["beta"].id)
     answers = [e for e in beta_log if e.type == "user.custom_tool_result"]
     assert [a.custom_tool_use_id for a in answers] == [use.id]

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from corral.errors import ApiError, NotFound
 from corral.ids import new_id, now_rfc3339
 from corral.session.log import EventQuery, NewEvents, Preview, SessionGone, StoredEvent
-from corral.session.threads import child_view, primary_thread_id
+from corral.session.threads import child_view, primary_own, primary_thread_id
 from corral.store.base import Store
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
@@ -47,6 +47,12 @@ streamed with the same view (a child's only through its thread stream), so frame
 per stored event."""
 
 
+def primary_view(body: dict[str, Any]) -> dict[str, Any]:
+    """A session's log as its primary thread's stream shows it: the events themselves, without
+    its children's cross-posts (`primary_own`)."""
+    return body
+
+
 class _FrameCache:
     """Encode each stored event once, however many streams send it."""
 
@@ -58,7 +64,7 @@ class _FrameCache:
         key = (event.session_id, event.seq)
         found = self._frames.get(key)
         if found is None:
-            body = event.body if view is None else view(event.body)
+            body = event.body if view is None or view is primary_view else view(event.body)
             found = self._frames[key] = frame(str(body["type"]), body)
             if len(self._frames) > self._size:
                 self._frames.popitem(last=False)
@@ -104,7 +110,7 @@ class StreamRouter:
     async def _thread_log(self, session_id: str, thread_id: str) -> tuple[str, View | None]:
         """The log a thread stream tails, and how it shows its events."""
         if thread_id == primary_thread_id(session_id):
-            return session_id, None
+            return session_id, primary_view
         child = None if "\x00" in thread_id else await self.store.get_session(thread_id)
         if child is None or child.parent_id != session_id:
             raise NotFound(
@@ -180,7 +186,9 @@ class StreamRouter:
                             position = event.seq
                             # Brain bookkeeping is not part of the hosted API: skip it, but
                             # move past it so it is never read again.
-                            if event.type not in INTERNAL_EVENT_TYPES:
+                            if event.type not in INTERNAL_EVENT_TYPES and (
+                                view is not primary_view or primary_own(event.body)
+                            ):
                                 await _write(send, self.frames.get(event, view))
 
 

@@ -22,6 +22,7 @@ from corral.session.threads import (
     MAX_THREADS,
     child_view,
     derived_event_id,
+    primary_own,
     primary_thread_id,
 )
 from corral.store.base import Page, SessionFilter, SessionRow, Store
@@ -208,7 +209,7 @@ class ThreadService:
         shown = rows[:size]
         agent_name = str(thread.body.get("agent", {}).get("name", ""))
         if thread.id == row.id:  # the primary's own log, without its children's cross-posts
-            data = [r.body for r in shown if _primary_own(r.body)]
+            data = [r.body for r in shown if primary_own(r.body)]
         else:
             data = [child_view(r.body, thread.id, agent_name) for r in shown]
         more = len(rows) > size
@@ -226,12 +227,6 @@ class ThreadService:
             for key, value in render_session(child)["usage"].items():
                 usage[key] = _add(usage.get(key), value)
         return {**session, "usage": usage}
-
-
-def _primary_own(body: Mapping[str, Any]) -> bool:
-    """Whether an event of a session's log is its primary thread's own (not a child's
-    cross-post or a routed answer's echo; a `session.thread_created` is the parent's)."""
-    return not body.get("session_thread_id") or body.get("type") == "session.thread_created"
 
 
 def _add(a: Any, b: Any) -> Any:

@@ -69,3 +69,9 @@ def child_view(body: dict[str, Any], thread_id: str, agent_name: str) -> dict[st
         return body
     out = {**body, "type": kind, "session_thread_id": thread_id, "agent_name": agent_name}
     return out
+
+
+def primary_own(body: dict[str, Any]) -> bool:
+    """Whether an event of a session's log is its primary thread's own (not a child's
+    cross-post or a routed answer's echo; a `session.thread_created` is the parent's)."""
+    return not body.get("session_thread_id") or body.get("type") == "session.thread_created"
