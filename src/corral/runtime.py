@@ -43,6 +43,7 @@ from corral.service.repositories import RepositoryResources, RepositoryTokens
 from corral.service.resources import SessionResources
 from corral.service.sessions import SessionService
 from corral.service.skills import SkillService
+from corral.service.threads import ThreadService
 from corral.service.vaults import VaultService
 from corral.service.work import WorkService
 from corral.store.base import Resource, SessionRow, Store
@@ -76,6 +77,8 @@ class Runtime:
     models: ModelRouter
     work: WorkService | None = None
     """The self-hosted work queue and its workers' credentials (docs/self_hosted.md)."""
+    threads: ThreadService | None = None
+    """`sessions.threads` and the routing of client events to child threads."""
 
 
 def open_store(settings: Settings) -> Store:
@@ -214,13 +217,17 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     )
     memory_stores = MemoryStoreService(store)
     sessions.resources.memory = MemoryResources(memory_stores)
+    events = EventService(store, sessions)
+    threads = ThreadService(store, sessions, events)
+    events.router = threads.send
     runtime = Runtime(
         settings=settings,
         store=store,
         agents=agents,
         environments=EnvironmentService(store),
         sessions=sessions,
-        events=EventService(store, sessions),
+        events=events,
+        threads=threads,
         files=files,
         skills=skills,
         vaults=VaultService(vault_secrets, mcp=mcp_client),

@@ -229,7 +229,7 @@ AGENT_FIELDS = (
     {"model": {"id": MODEL, "effort": "low", "speed": "fast", "inference_geo": "us"}},
     {"tools": [TOOLSET]},
     {"tools": [MCP], "mcp_servers": DOCS},
-    {"multiagent": {"type": "coordinator", "agents": []}},
+    {"multiagent": None},
     {"execution_identity": {"type": "aws_role", "role_arn": "arn:aws:iam::1:role/x"}},
 )
 MESSAGE = {"type": "user.message", "content": CITED}

@@ -120,13 +120,20 @@ def tables_after_v4(dialect: str) -> list[str]:
     return names
 
 
+UNDO_V7 = (
+    "DROP INDEX sessions_parent; ALTER TABLE sessions DROP COLUMN parent_id; "
+    "DROP INDEX events_session_event_id; CREATE UNIQUE INDEX events_id ON events (id);"
+)
+"""Undo migration 7 (threads), which changed tables that exist at v3."""
+
+
 def back_to_v3_sqlite(store: SqliteStore) -> Callable[[], None]:
     def run() -> None:
         later = "".join(f"DROP TABLE {t};" for t in tables_after_v4("sqlite"))
         conn = sqlite3.connect(store.db.path)
         conn.executescript(
             f"{later} DROP TABLE tool_calls; ALTER TABLE sessions DROP COLUMN interrupt_pending;"
-            "DELETE FROM schema_version WHERE version >= 4;"
+            f"{UNDO_V7} DELETE FROM schema_version WHERE version >= 4;"
         )
         conn.close()
 
@@ -140,6 +147,9 @@ def back_to_v3_postgres(store: PostgresStore) -> Callable[[], None]:
                 conn.execute(f"DROP TABLE {table}")
             conn.execute("DROP TABLE tool_calls")
             conn.execute("ALTER TABLE sessions DROP COLUMN interrupt_pending")
+            for statement in UNDO_V7.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
             conn.execute("DELETE FROM schema_version WHERE version >= 4")
 
     return run

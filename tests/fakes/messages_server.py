@@ -41,6 +41,7 @@ from tests.fakes.model_script import (
     Turn,
     Usage,
     by_marker,
+    by_system,
     first_user_text,
     reply_from_json,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "Turn",
     "Usage",
     "by_marker",
+    "by_system",
     "first_user_text",
 ]
 

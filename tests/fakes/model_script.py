@@ -175,6 +175,31 @@ def by_marker(scripts: Mapping[str, Sequence[Reply] | Handler]) -> Handler:
     return handle
 
 
+def system_text(request: dict[str, Any]) -> str:
+    """The system prompt of an Anthropic request (a string or text blocks)."""
+    system = request.get("system")
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        return "\n".join(str(b.get("text", "")) for b in system if isinstance(b, dict))
+    return ""
+
+
+def by_system(scripts: Mapping[str, Handler]) -> Handler:
+    """A handler that picks a script by a marker in the request's system prompt, so each agent
+    of a multi-agent session (each thread runs its own agent) follows its own script.
+    A request with no marker gets a 400."""
+
+    def handle(request: dict[str, Any]) -> Reply:
+        text = system_text(request)
+        for marker, handler in scripts.items():
+            if marker in text:
+                return handler(request)
+        return ErrorReply(status=400, message=f"fake: no system marker in {text[:80]!r}")
+
+    return handle
+
+
 def reply_from_json(data: dict[str, Any]) -> Reply:
     """Build a reply from JSON: `{"error": {...ErrorReply fields}}` or Turn fields with blocks
     as `{"type": "text"|"thinking"|"tool_use", ...}`."""

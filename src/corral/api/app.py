@@ -16,7 +16,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import __version__, console
-from corral.api import files, memory_stores, resources, sessions, vaults, work
+from corral.api import files, memory_stores, resources, sessions, threads, vaults, work
 from corral.api.http import error_response
 from corral.api.observe import AccessLog, metrics_endpoint
 from corral.api.stream import StreamRouter
@@ -127,6 +127,7 @@ def create_app(runtime: Runtime) -> Starlette:
             Route("/metrics", metrics_endpoint(runtime.store)),
             *resources.routes(runtime),
             *sessions.routes(runtime),
+            *(threads.routes(runtime.threads) if runtime.threads is not None else []),
             *files.routes(runtime),
             *vaults.routes(runtime),
             *memory_stores.routes(runtime),

@@ -26,7 +26,10 @@ def routes(runtime: Runtime) -> list[Route]:
         return await sessions.create(await parse_body(request, SessionCreate))
 
     async def retrieve(request: Request) -> Any:
-        return await sessions.get(request.path_params["session_id"])
+        found = await sessions.get(request.path_params["session_id"])
+        if runtime.threads is not None:  # a multi-agent session's usage sums its threads'
+            found = await runtime.threads.session_usage(found)
+        return found
 
     async def update(request: Request) -> Any:
         return await sessions.update(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -21,11 +22,13 @@ from corral.errors import ApiError, NotFound
 from corral.ids import new_id, now_rfc3339
 from corral.observability.metrics import SSE_CLIENTS
 from corral.session.log import EventQuery, NewEvents, Preview, SessionGone, StoredEvent
+from corral.session.threads import child_view, primary_own, primary_thread_id
 from corral.store.base import Store
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
 PING_SECONDS = 15.0
 _PATH = re.compile(r"^/v1/sessions/(?P<sid>[^/]+)/events/stream/?$")
+_THREAD_PATH = re.compile(r"^/v1/sessions/(?P<sid>[^/]+)/threads/(?P<tid>[^/]+)/stream/?$")
 _HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),
@@ -39,6 +42,18 @@ def frame(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
+View = Callable[[dict[str, Any]], dict[str, Any]]
+"""How a stream shows a stored event (a child thread's log: `child_view`). A log is always
+streamed with the same view (a child's only through its thread stream), so frames are cached
+per stored event."""
+
+
+def primary_view(body: dict[str, Any]) -> dict[str, Any]:
+    """A session's log as its primary thread's stream shows it: the events themselves, without
+    its children's cross-posts (`primary_own`)."""
+    return body
+
+
 class _FrameCache:
     """Encode each stored event once, however many streams send it."""
 
@@ -46,11 +61,12 @@ class _FrameCache:
         self._frames: OrderedDict[tuple[str, int], bytes] = OrderedDict()
         self._size = size
 
-    def get(self, event: StoredEvent) -> bytes:
+    def get(self, event: StoredEvent, view: View | None = None) -> bytes:
         key = (event.session_id, event.seq)
         found = self._frames.get(key)
         if found is None:
-            found = self._frames[key] = frame(event.type, event.body)
+            body = event.body if view is None or view is primary_view else view(event.body)
+            found = self._frames[key] = frame(str(body["type"]), body)
             if len(self._frames) > self._size:
                 self._frames.popitem(last=False)
         return found
@@ -72,22 +88,47 @@ class StreamRouter:
         self.frames = _FrameCache()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = _PATH.match(scope.get("path", "")) if scope["type"] == "http" else None
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        match = _PATH.match(path) or _THREAD_PATH.match(path)
         if match is None or scope.get("method") != "GET":
             await self.app(scope, receive, send)
             return
         session_id = match.group("sid")  # ASGI `path` is already percent-decoded
         try:
-            if "\x00" in session_id or await self.store.get_session(session_id) is None:
+            row = None if "\x00" in session_id else await self.store.get_session(session_id)
+            if row is None or row.parent_id is not None:
                 raise NotFound(f"session {session_id} not found")
+            log_id, view = session_id, None
+            if "tid" in match.groupdict():
+                log_id, view = await self._thread_log(session_id, match.group("tid"))
         except ApiError as exc:
             await self.render_error(exc)(scope, receive, send)
             return
         query = parse_qsl(scope.get("query_string", b"").decode(), keep_blank_values=False)
         deltas = {v for k, v in query if k in ("event_deltas[]", "event_deltas")}
-        await self._tail(session_id, deltas, receive, send)
+        await self._tail(log_id, deltas, receive, send, view)
 
-    async def _tail(self, session_id: str, deltas: set[str], receive: Receive, send: Send) -> None:
+    async def _thread_log(self, session_id: str, thread_id: str) -> tuple[str, View | None]:
+        """The log a thread stream tails, and how it shows its events."""
+        if thread_id == primary_thread_id(session_id):
+            return session_id, primary_view
+        child = None if "\x00" in thread_id else await self.store.get_session(thread_id)
+        if child is None or child.parent_id != session_id:
+            raise NotFound(
+                f"thread {thread_id} not found in session {session_id}",
+                error_code="thread_not_found",
+            )
+        name = str(child.body.get("agent", {}).get("name", ""))
+        return thread_id, lambda body: child_view(body, thread_id, name)
+
+    async def _tail(
+        self,
+        session_id: str,
+        deltas: set[str],
+        receive: Receive,
+        send: Send,
+        view: View | None = None,
+    ) -> None:
         sub = self.store.subscribe(session_id)
         SSE_CLIENTS.inc()
         try:
@@ -98,7 +139,7 @@ class StreamRouter:
             )
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
-                await self._pump(session_id, sub, position, deltas, send)
+                await self._pump(session_id, sub, position, deltas, send, view)
                 tg.cancel_scope.cancel()
         except OSError:
             pass  # the client went away mid-write
@@ -107,7 +148,13 @@ class StreamRouter:
             sub.close()
 
     async def _pump(
-        self, session_id: str, sub: Any, position: int, deltas: set[str], send: Send
+        self,
+        session_id: str,
+        sub: Any,
+        position: int,
+        deltas: set[str],
+        send: Send,
+        view: View | None,
     ) -> None:
         while True:
             signals = await sub.next(self.ping_seconds)
@@ -142,8 +189,10 @@ class StreamRouter:
                             position = event.seq
                             # Brain bookkeeping is not part of the hosted API: skip it, but
                             # move past it so it is never read again.
-                            if event.type not in INTERNAL_EVENT_TYPES:
-                                await _write(send, self.frames.get(event))
+                            if event.type not in INTERNAL_EVENT_TYPES and (
+                                view is not primary_view or primary_own(event.body)
+                            ):
+                                await _write(send, self.frames.get(event, view))
 
 
 async def _write(send: Send, body: bytes) -> None:

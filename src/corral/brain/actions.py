@@ -32,6 +32,14 @@ from corral.brain.remote import answer_lost, request_action
 from corral.brain.run import Run
 from corral.brain.state import ToolCall
 from corral.brain.stream import stream_response
+from corral.brain.threads import (
+    Relay,
+    is_thread_tool,
+    relay,
+    run_thread_tool,
+    thread_tool_use,
+    with_thread_tools,
+)
 from corral.brain.web_search import run_web_search
 from corral.errors import NotFound
 from corral.models.base import ModelError, ModelRequest, ModelResponse, ModelUsage
@@ -59,16 +67,27 @@ async def act(run: Run, action: Action) -> None:
             await request_action(run, action)
         case AnswerLost():
             await answer_lost(run, action)
-        case StopAtBudget():
-            await run.append(ev.status_idle("budget_reached"))
         case Compact():
             await compaction.compact(run, action)
+        case StopAtBudget() | StopAtCompactionLimit() | HandleInterrupt() | FinishTurn():
+            await close_turn(run, action)
+        case Relay():
+            await relay(run)
+        case Halt():
+            pass
+
+
+async def close_turn(
+    run: Run, action: StopAtBudget | StopAtCompactionLimit | HandleInterrupt | FinishTurn
+) -> None:
+    """End the turn: the idle (and its reason) each turn-ending action stands for."""
+    match action:
+        case StopAtBudget():
+            await run.append(ev.status_idle("budget_reached"))
         case StopAtCompactionLimit():
             await compaction.stop_at_limit(run)
         case HandleInterrupt() | FinishTurn():
             await run.append(ev.status_idle("end_turn"))
-        case Halt():
-            pass
 
 
 def _going_running(run: Run) -> list[dict[str, Any]]:
@@ -112,6 +131,9 @@ async def run_tool(run: Run, call: ToolCall) -> None:
     if call.kind == "mcp":  # served by the agent's MCP server, from the brain
         await run_mcp_tool(run, call, running)
         return
+    if is_thread_tool(call):  # a coordinator's thread tool, served by the brain
+        await run_thread_tool(run, call, running)
+        return
     if call.kind == "builtin" and call.name == "web_search":  # a provider serves it, no sandbox
         await run_web_search(run, call, running)
         return
@@ -126,12 +148,12 @@ async def run_tool(run: Run, call: ToolCall) -> None:
     await run.append(*running, ev.tool_started(call.event_id))
 
     async def work() -> Any:
-        return await sandboxes.execute(run.fence.session_id, call.name, tool_input)
+        return await sandboxes.execute(run.sandbox_id, call.name, tool_input)
 
     output, _ = await run.until_interrupt(work, after=since)
     notices = [  # repositories that could not be cloned: the session goes on without them
         ev.session_error(f.type, f.message, "retrying", repository_url=f.url)
-        for f in sandboxes.take_notices(run.fence.session_id)
+        for f in sandboxes.take_notices(run.sandbox_id)
     ]
     if output is None:
         text = ev.text_content(INTERRUPTED_BY_USER)
@@ -164,14 +186,11 @@ async def call_model(run: Run, action: CallModel) -> None:
     """One model request (after a backoff when it is a retry); log the complete response, or
     the failure and whether it will be retried. Tools it asks for run in later steps."""
     since, agent = run.state.last_seq, run.agent
-    if (blocked := _unsupported_at_runtime(agent)) is not None:
-        await run.append(blocked, ev.status_idle("retries_exhausted"))
-        return
     if action.attempt > 0 and not await _backoff(run, action.attempt, since):
         return  # interrupted while waiting: decide closes the turn
     if settings_eager(run):
         assert run.deps.sandboxes is not None
-        await run.deps.sandboxes.ensure(run.fence.session_id)
+        await run.deps.sandboxes.ensure(run.sandbox_id)
     model_name = str(agent["model"]["id"])
     offer = await offer_for(run, since)
     if offer is None:
@@ -184,6 +203,7 @@ async def call_model(run: Run, action: CallModel) -> None:
     skills = await _skill_lines(run, agent)
     request = offer.extend(build_request(agent, messages, model_name=model_name, skills=skills))
     request = with_memory_section(request, run.session.body)
+    request = with_thread_tools(request, agent)
     response, error = await _attempt(run, model_name, request, since)
     if response is not None:
         await _record_response(run, start["id"], response, offer.by_name)
@@ -259,6 +279,10 @@ async def _record_response(
             mcp_use := mcp_use_event(mcp_names, agent, str(block.get("name")), block.get("input"))
         ):
             out.append(mcp_use)
+        elif kind == "tool_use" and (
+            thread_use := thread_tool_use(agent, str(block.get("name")), block.get("input"))
+        ):
+            out.append(thread_use)
         elif kind == "tool_use":
             use, refusal = _tool_use_event(block, builtins, customs)
             out.append(use)
@@ -297,16 +321,6 @@ def _tool_use_event(
         evaluation={"type": policy},
     )
     return use, None
-
-
-def _unsupported_at_runtime(agent: dict[str, Any]) -> dict[str, Any] | None:
-    if agent.get("multiagent"):
-        return ev.session_error(
-            "unknown_error",
-            "multiagent agents are not supported by this Corral build yet.",
-            "exhausted",
-        )
-    return None
 
 
 def settings_eager(run: Run) -> bool:

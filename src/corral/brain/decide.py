@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.brain.state import SessionState, ToolCall
+from corral.brain.threads import Relay, relay_due, wait_blocked
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +103,14 @@ Action = (
     | Compact
     | StopAtCompactionLimit
     | FinishTurn
+    | Relay
 )
 
 
 def decide(state: SessionState) -> Action:
     """The next step for a session in `state`."""
+    if (relay := relay_due(state)) is not None:
+        return relay  # a child thread's news for its parent goes first, even when terminated
     if state.status == "terminated":
         return Halt()
     open_calls = state.unresolved()
@@ -118,14 +122,9 @@ def decide(state: SessionState) -> Action:
     lost = tuple(c for c in open_calls if state.lost(c))
     if lost:
         return AnswerLost(lost)
-    for call in open_calls:
-        if call.confirmation == "deny":
-            return RefuseTool(call)
-        if _runnable(call):
-            return RunTool(call)
-    awaiting = tuple(c.event_id for c in open_calls if c.awaiting_client)
-    if awaiting:
-        return Halt() if state.waiting_on == awaiting else RequestAction(awaiting)
+    step = _open_call_step(state, open_calls)
+    if step is not None:
+        return step
     if state.last_input_seq > state.last_answer_seq:
         return _answer(state)
     if state.status in ("running", "rescheduling"):
@@ -140,6 +139,25 @@ def _answer(state: SessionState) -> Action:
     if state.context.over:
         return StopAtCompactionLimit() if state.context.exhausted else Compact(state.model_retries)
     return CallModel(state.model_retries)
+
+
+def _open_call_step(state: SessionState, open_calls: list[ToolCall]) -> Action | None:
+    """What the open calls ask for next (None: nothing, go on with the turn)."""
+    waiting = False
+    for call in open_calls:
+        if call.confirmation == "deny":
+            return RefuseTool(call)
+        if wait_blocked(state, call):
+            waiting = True
+            continue
+        if _runnable(call):
+            return RunTool(call)
+    awaiting = tuple(c.event_id for c in open_calls if c.awaiting_client)
+    if awaiting:
+        return Halt() if state.waiting_on == awaiting else RequestAction(awaiting)
+    if waiting:
+        return Halt()  # a coordinator waits for its threads: a reply wakes it
+    return None
 
 
 def _runnable(call: ToolCall) -> bool:

@@ -22,6 +22,7 @@ from corral.brain.memo import Folded, Memo
 from corral.brain.sandboxes import SandboxPool
 from corral.brain.state import SessionState, apply
 from corral.brain.telemetry import RunTelemetry
+from corral.brain.threads import transcript_view
 from corral.brain.window import estimate_tokens, result_cap
 from corral.context_window import ContextPolicy
 from corral.models.base import ModelClient
@@ -162,6 +163,11 @@ class Run:
         """The agent snapshot pinned at session creation (plus session updates)."""
         return dict(self.session.body["agent"])
 
+    @property
+    def sandbox_id(self) -> str:
+        """Whose sandbox this run's tools use: a child thread shares its session's."""
+        return self.session.parent_id or self.fence.session_id
+
     def price(self) -> Price | None:
         """The list price of this session's model, if it has one."""
         prices = self.deps.prices
@@ -238,7 +244,9 @@ class Run:
         for stored in events:
             event = parse_event(stored.body)
             apply(self.state, stored.seq, event)
-            self.transcript.apply(event)
+            shown = transcript_view(event)
+            if shown is not None:
+                self.transcript.apply(shown)
             count += 1
         self.deps.stats.events_applied += count
         self.deps.stats.blocks_built += self.transcript.blocks_built - before

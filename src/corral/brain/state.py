@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from corral.brain.threads import ThreadState, apply_thread
 from corral.brain.window import ContextMeter
 from corral.pricing import NANOS_PER_CENT
 from corral.wire.events import (
@@ -143,6 +144,8 @@ class SessionState:
     """Its `max_list_cost` in nano-dollars; None: no budget."""
     context: ContextMeter = field(default_factory=ContextMeter)
     """The estimated size of the next model request (compaction; `brain.window`)."""
+    thread: ThreadState = field(default_factory=ThreadState)
+    """Multi-agent bookkeeping (`brain/threads.py`)."""
 
     @property
     def over_budget(self) -> bool:
@@ -186,9 +189,12 @@ def fold(events: Iterable[tuple[int, Mapping[str, Any] | LogEvent]]) -> SessionS
 def apply(state: SessionState, seq: int, event: LogEvent) -> SessionState:
     """Fold one event (the next in the log, at `seq`) into `state`, in place; returns it."""
     state.last_seq = seq
+    if event.session_thread_id is not None:
+        return state  # a cross-post or echo: it belongs to another thread's log
     state.context.apply(event)
     if not _apply_call_event(state, seq, event) and not _apply_cost_event(state, event):
         _apply_turn_event(state, seq, event)
+    apply_thread(state, seq, event)
     return state
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from corral.errors import BadRequest, NotFound
 from corral.ids import new_id, now_rfc3339
 from corral.service.common import apply_metadata_patch, check_limit, page_envelope
+from corral.service.multiagent import resolve_multiagent
 from corral.store.base import Page, Resource, Store
 from corral.tools.resolve import resolve_tools
 from corral.wire.agents import AgentCreate, AgentUpdate, McpServer, ModelConfig, SkillRef
@@ -97,7 +98,7 @@ class AgentService:
             "tools": resolve_tools(list(req.tools or []), mcp, self.tool_providers),
             "mcp_servers": [m.model_dump() for m in mcp],
             "skills": await self.resolve_skills(req.skills or []),
-            "multiagent": req.multiagent,
+            "multiagent": None,
             "metadata": dict(req.metadata or {}),
             "execution_identity": _identity(req.execution_identity),
             "created_at": now,
@@ -105,6 +106,7 @@ class AgentService:
             "archived_at": None,
         }
         self.check_model(str(body["model"]["id"]))
+        body["multiagent"] = await resolve_multiagent(self.store, req.multiagent, body["tools"])
         agent = Resource(kind="agent", id=body["id"], body=body, created_at=now)
         await self.store.put_agent_version(agent, expected_version=None)
         return body
@@ -128,6 +130,13 @@ class AgentService:
         if current.archived_at is not None:
             raise BadRequest(f"agent {agent_id} is archived", error_code="agent_archived")
         body = _apply_update(dict(current.body), req, self.tool_providers)
+        if "multiagent" in req.model_fields_set or "tools" in req.model_fields_set:
+            value = body.get("multiagent")
+            if "multiagent" not in req.model_fields_set and value is not None:
+                value = _unresolve_multiagent(value)
+            body["multiagent"] = await resolve_multiagent(
+                self.store, value, body["tools"], agent_id
+            )
         if "skills" in req.model_fields_set:
             body["skills"] = await self.resolve_skills(req.skills or [])
         self.check_model(str(body["model"]["id"]))
@@ -225,6 +234,15 @@ def _updated_tools(
     server_list = list(mcp or [])
     resolved = resolve_tools(list(tools or []), server_list, providers)
     return resolved, [s.model_dump() for s in server_list]
+
+
+def _unresolve_multiagent(value: dict[str, Any]) -> dict[str, Any]:
+    """A stored (resolved) multiagent back in request form, to check it again."""
+    if value.get("type") == "coordinator":
+        return value
+    sub = value.get("subagents") or {}
+    out = {"type": value["type"], "subagents": sub}
+    return out
 
 
 def _unresolve(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

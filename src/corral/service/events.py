@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from corral.errors import BadRequest, Conflict
@@ -18,8 +19,12 @@ from corral.service.common import check_limit, normalize_time
 from corral.service.sessions import SessionService, client_event
 from corral.session.log import EventQuery
 from corral.session.projection import Call, CallBook
+from corral.session.threads import primary_thread_id
 from corral.store.base import Store
 from corral.wire.events import SendEvents
+
+Router = Callable[[str, list[dict[str, Any]]], Awaitable[dict[str, Any] | None]]
+"""(session id, client events) -> the response when they went to child threads, else None."""
 
 _WAKES = frozenset(
     {
@@ -102,6 +107,8 @@ class EventService:
     def __init__(self, store: Store, sessions: SessionService) -> None:
         self.store = store
         self.sessions = sessions
+        self.router: Router | None = None
+        """Routes events meant for a session's child threads (`ThreadService.send`)."""
 
     async def send(self, session_id: str, req: SendEvents) -> dict[str, Any]:
         """Validate against the call projection and append, atomically; wake the brain."""
@@ -118,13 +125,33 @@ class EventService:
                 remote = await self._self_hosted(row.environment_id)
             _refuse_unsupported(index, body, remote=bool(remote))
             bodies.append(client_event(body))
+        primary = primary_thread_id(session_id)
+        for body in bodies:
+            if body["type"] == "user.interrupt" and body.get("session_thread_id") == primary:
+                del body["session_thread_id"]  # the session's own log is its primary thread
+        if self.router is not None and (routed := await self.router(session_id, bodies)):
+            return routed
+        for index, body in enumerate(bodies):
+            if body.get("session_thread_id") is not None:
+                raise BadRequest(
+                    f"events[{index}].session_thread_id: no such thread in this session",
+                    error_code="thread_not_found",
+                )
+        stored = await self.append_client(session_id, bodies)
+        if any(b["type"] == "user.message" for b in bodies):
+            await self.sessions.input_arrived(row)  # a self-hosted session's worker may be gone
+        return {"data": stored}
+
+    async def append_client(
+        self, session_id: str, bodies: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Validate client events against the log's calls and append them (waking its brain
+        when they need it); the stored bodies."""
         wake = any(b["type"] in _WAKES for b in bodies)
         started = time.perf_counter()
         stored = await self.store.append_checked(session_id, bodies, _check, wake=wake)
         APPEND_LATENCY.labels("api").observe(time.perf_counter() - started)
-        if any(b["type"] == "user.message" for b in bodies):
-            await self.sessions.input_arrived(row)
-        return {"data": [s.body for s in stored]}
+        return [s.body for s in stored]
 
     async def _self_hosted(self, environment_id: str) -> bool:
         """Whether built-in tools of the environment's sessions run on a self-hosted worker

@@ -12,6 +12,7 @@ from corral.observability.metrics import SESSIONS_CREATED
 from corral.pricing import Price, money, parse_budget
 from corral.service.agents import AgentService, model_config
 from corral.service.common import apply_metadata_patch, page_envelope
+from corral.service.multiagent import expand_roster
 from corral.service.resources import SessionResources
 from corral.session.projection import LIST_COST_NANOS
 from corral.store.base import Page, SessionFilter, SessionRow, Store
@@ -89,6 +90,12 @@ class SessionService:
             raise BadRequest("environment_id: this server has no work queue for self_hosted")
         vault_ids = await self._check_vaults(req.vault_ids or [])
         snapshot = await self._snapshot(req.agent)
+        if snapshot.get("multiagent") and (remote or req.budget is not None):
+            field = "environment_id" if remote else "budget"
+            raise BadRequest(
+                f"{field}: multiagent sessions cannot use "
+                f"{'self_hosted environments' if remote else 'budgets'} on this server yet"
+            )
         budget = None if req.budget is None else self._checked_budget(snapshot, req.budget)
         now = now_rfc3339()
         tokens: dict[str, str] = {}  # repository tokens, stored sealed once the session exists
@@ -202,6 +209,7 @@ class SessionService:
             if "skills" in ref.model_fields_set:
                 snapshot["skills"] = await self.agents.resolve_skills(ref.skills or [])
             self.agents.check_model(str(snapshot["model"]["id"]))
+        snapshot["multiagent"] = await expand_roster(self.store, snapshot.get("multiagent"))
         return snapshot
 
     async def get(self, session_id: str) -> dict[str, Any]:
@@ -211,7 +219,7 @@ class SessionService:
     async def row(self, session_id: str) -> SessionRow:
         """The stored row, or NotFound."""
         row = await self.store.get_session(session_id)
-        if row is None:
+        if row is None or row.parent_id is not None:  # a child thread is not a session
             raise NotFound(f"session {session_id} not found")
         return row
 
@@ -253,12 +261,26 @@ class SessionService:
                 # Archiving ends the session: no further turns, as the status says.
                 terminated = client_event({"type": "session.status_terminated"})
                 await self.store.append(session_id, [terminated])
+            for child in await self._children(session_id):  # its threads end with it
+                if child.archived_at is None:
+                    await self.store.update_session(child.id, child.body, archived_at=now_rfc3339())
+                    ended = client_event({"type": "session.status_terminated"})
+                    await self.store.append(child.id, [ended], wake=True)
         return await self.get(session_id)
+
+    async def _children(self, session_id: str) -> list[SessionRow]:
+        return await self.store.list_sessions(
+            Page(limit=1000, include_archived=True), SessionFilter(parent_id=session_id)
+        )
 
     async def delete(self, session_id: str) -> dict[str, Any]:
         """Delete the session and its log, then its files unless a sandbox still uses them."""
         row = await self.store.get_session(session_id)
-        if row is None or not await self.store.delete_session(session_id):
+        if row is None or row.parent_id is not None:
+            raise NotFound(f"session {session_id} not found")
+        for child in await self._children(session_id):  # its threads' logs go with it
+            await self.store.delete_session(child.id)
+        if not await self.store.delete_session(session_id):
             raise NotFound(f"session {session_id} not found")
         await self.resources.forget_tokens(row.body.get("resources") or [])
         await self.resources.files.delete_session_files(session_id)

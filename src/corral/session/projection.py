@@ -187,8 +187,8 @@ class CallBook:
             pydantic.ValidationError: a call-related event is malformed (a bug upstream; the
                 brain could not fold it either).
         """
-        if body.get("type") not in _CALL_EVENT_TYPES:
-            return
+        if body.get("type") not in _CALL_EVENT_TYPES or body.get("session_thread_id"):
+            return  # a child thread's cross-post or a routed answer's echo: not this log's
         event = parse_event(body)
         if not self._apply_call_event(index, event):
             self._apply_status_event(event)
@@ -262,7 +262,10 @@ class CallBook:
 def touches_calls(events: Sequence[dict[str, Any]]) -> bool:
     """Whether `CallBook.apply` would do anything with any of `events` (else a store may skip
     loading, folding and saving the book)."""
-    return any(event.get("type") in _CALL_EVENT_TYPES for event in events)
+    return any(
+        event.get("type") in _CALL_EVENT_TYPES and not event.get("session_thread_id")
+        for event in events
+    )
 
 
 def referenced_calls(events: Sequence[dict[str, Any]]) -> list[str]:

@@ -41,6 +41,8 @@ class SessionRow:
     summary: SessionSummary = field(default_factory=SessionSummary)
     archived_at: str | None = None
     updated_at: str | None = None
+    parent_id: str | None = None
+    """Set on a child thread's row: the session it belongs to (docs/threads.md)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +69,8 @@ class SessionFilter:
     environment_id: str | None = None
     memory_store_id: str | None = None
     """Sessions with a `memory_store` resource of this store."""
+    parent_id: str | None = None
+    """None: sessions (rows without a parent); set: the child threads of that session."""
 
 
 class ResourceStore(Protocol):

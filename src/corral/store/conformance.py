@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import anyio
 
-from corral.errors import LeaseLost, NotFound
+from corral.errors import Conflict, LeaseLost, NotFound
 from corral.ids import new_id
 from corral.session.log import (
     EventQuery,
@@ -21,7 +21,7 @@ from corral.session.log import (
     Signal,
     StoredEvent,
 )
-from corral.store.base import Store
+from corral.store.base import Page, SessionFilter, SessionRow, Store
 from corral.store.conformance_calls import CALL_CHECKS
 from corral.store.conformance_memory import MEMORY_CHECKS
 from corral.store.conformance_resources import RESOURCE_CHECKS
@@ -232,6 +232,33 @@ async def check_delete_session(store: Store) -> None:
     assert await store.claim("w1", LONG_LEASE) is None
 
 
+async def check_child_threads(store: Store) -> None:
+    """A child thread is a session row with a parent: listed only under its parent, with a
+    log of its own; event ids are unique per log, so a cross-post may keep its id."""
+    parent = await new_session(store)
+    child = SessionRow(
+        id=new_id("sthr"),
+        created_at="2025-01-01T00:00:01.000000Z",
+        environment_id="env_conformance",
+        agent_id="agent_conformance",
+        agent_version=1,
+        body={},
+        parent_id=parent,
+    )
+    first = event()
+    await store.create_session(child, [first])
+    got = await store.get_session(child.id)
+    assert got is not None and got.parent_id == parent
+    listed = await store.list_sessions(Page(limit=100, include_archived=True), SessionFilter())
+    assert parent in {r.id for r in listed} and child.id not in {r.id for r in listed}
+    children = await store.list_sessions(Page(limit=10), SessionFilter(parent_id=parent))
+    assert [r.id for r in children] == [child.id]
+    assert await store.claim("w1", LONG_LEASE) is not None  # its own work row
+    await store.append(parent, [dict(first)])  # the same id on another log: a cross-post
+    await raises(Conflict, store.append(parent, [dict(first)]))  # but once per log
+    assert [e.body["id"] for e in await store.read(parent, EventQuery())] == [first["id"]]
+
+
 # ---- wake queue and fencing -------------------------------------------------------------
 
 
@@ -388,6 +415,7 @@ LOG_AND_QUEUE_CHECKS: list[Check] = [
     check_subscribe_after_commit,
     check_previews,
     check_delete_session,
+    check_child_threads,
     check_stale_fence_rejected,
     check_expired_lease_rejected,
     check_claim_skips_leased,

@@ -354,7 +354,7 @@ class PostgresStore(PostgresMemories):
             async with self.pool.connection() as conn, conn.transaction():
                 await conn.execute(
                     f"INSERT INTO sessions ({q.SESSION_COLUMNS}) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     q.session_params(row),
                 )
                 if bodies:

@@ -32,7 +32,7 @@ NOW_TEXT = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:M
 
 SESSION_COLUMNS = (
     "id, created_at, updated_at, archived_at, environment_id, agent_id, agent_version, "
-    "status, body, usage, stats"
+    "status, body, usage, stats, parent_id"
 )
 RESOURCE_COLUMNS = "id, kind, created_at, archived_at, body"
 VERSION_COLUMNS = "agent_id, 'agent', created_at, NULL, body"
@@ -289,6 +289,11 @@ def page_where(page: Page) -> tuple[str, list[Any]]:
 
 def session_where(where: SessionFilter, clause: str, args: list[Any]) -> tuple[str, list[Any]]:
     """Extend `page_where`'s clauses with `sessions.list` filters."""
+    if where.parent_id is None:
+        clause += " AND parent_id IS NULL"
+    else:
+        clause += " AND parent_id = %s"
+        args.append(where.parent_id)
     for column, value in (
         ("agent_id", where.agent_id),
         ("agent_version", where.agent_version),
@@ -333,6 +338,7 @@ def to_session(r: Sequence[Any]) -> SessionRow:
         agent_version=int(r[6]),
         body=r[8],
         summary=SessionSummary(status=r[7], usage=r[9], stats=r[10]),
+        parent_id=r[11],
     )
 
 
@@ -350,4 +356,5 @@ def session_params(row: SessionRow) -> tuple[Any, ...]:
         Json(row.body),
         Json(row.summary.usage),
         Json(row.summary.stats),
+        row.parent_id,
     )

@@ -44,7 +44,7 @@ from corral.wire.events import INTERNAL_EVENT_TYPES
 
 _SESSION_COLUMNS = (
     "id, created_at, updated_at, archived_at, environment_id, agent_id, agent_version, "
-    "status, body, usage, stats"
+    "status, body, usage, stats, parent_id"
 )
 
 
@@ -348,7 +348,7 @@ class SqliteStore(SqliteMemories):
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (row.id,)).fetchone():
                 raise Conflict(f"session {row.id} already exists")
             conn.execute(
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     row.id,
                     row.created_at,
@@ -361,6 +361,7 @@ class SqliteStore(SqliteMemories):
                     json.dumps(row.body),
                     json.dumps(row.summary.usage),
                     json.dumps(row.summary.stats),
+                    row.parent_id,
                 ),
             )
             return _append(conn, self._heads, row.id, bodies, None, True) if bodies else []
@@ -742,6 +743,11 @@ def _page_where(
 
 
 def _session_where(where: SessionFilter, clause: str, args: list[Any]) -> tuple[str, list[Any]]:
+    if where.parent_id is None:
+        clause += " AND parent_id IS NULL"
+    else:
+        clause += " AND parent_id = ?"
+        args.append(where.parent_id)
     if where.agent_id is not None:
         clause += " AND agent_id = ?"
         args.append(where.agent_id)
@@ -785,4 +791,5 @@ def _session(r: Sequence[Any]) -> SessionRow:
         agent_version=int(r[6]),
         body=json.loads(r[8]),
         summary=SessionSummary(status=r[7], usage=json.loads(r[9]), stats=json.loads(r[10])),
+        parent_id=r[11],
     )

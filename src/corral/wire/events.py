@@ -192,6 +192,9 @@ class Logged(BaseModel):
 
     id: str
     processed_at: str | None = None
+    session_thread_id: str | None = None
+    """On a session's log: set on what a child thread cross-posted (and on routed answers'
+    echoes); such events belong to that thread's log, not to this one's state."""
 
 
 Block = dict[str, Any]
@@ -480,6 +483,81 @@ class ContextSummaryEvent(Logged):
     model_usage: dict[str, int] = Field(default_factory=dict)
 
 
+class SessionThreadCreatedEvent(Logged):
+    """`session.thread_created`: a child thread was started (on the parent's log)."""
+
+    type: Literal["session.thread_created"]
+    agent_name: str = ""
+
+
+class SessionThreadStatusRunningEvent(Logged):
+    """`session.thread_status_running`: a child thread's status, cross-posted to the parent's
+    log (its own log holds the `session.status_*` event with the same id); so are the other
+    three below."""
+
+    type: Literal["session.thread_status_running"]
+    agent_name: str = ""
+
+
+class SessionThreadStatusIdleEvent(Logged):
+    """`session.thread_status_idle` (cross-post)."""
+
+    type: Literal["session.thread_status_idle"]
+    agent_name: str = ""
+    stop_reason: StopReason | None = None
+
+
+class SessionThreadStatusRescheduledEvent(Logged):
+    """`session.thread_status_rescheduled` (cross-post)."""
+
+    type: Literal["session.thread_status_rescheduled"]
+    agent_name: str = ""
+
+
+class SessionThreadStatusTerminatedEvent(Logged):
+    """`session.thread_status_terminated` (cross-post)."""
+
+    type: Literal["session.thread_status_terminated"]
+    agent_name: str = ""
+
+
+class AgentThreadMessageSentEvent(Logged):
+    """`agent.thread_message_sent`: on the sender's log."""
+
+    type: Literal["agent.thread_message_sent"]
+    to_session_thread_id: str
+    to_agent_name: str | None = None
+    content: list[Block] = Field(default_factory=list)
+
+
+class AgentThreadMessageReceivedEvent(Logged):
+    """`agent.thread_message_received`: on the receiver's log; input for its model."""
+
+    type: Literal["agent.thread_message_received"]
+    from_session_thread_id: str
+    from_agent_name: str | None = None
+    content: list[Block] = Field(default_factory=list)
+
+
+class ThreadRoleEvent(Logged):
+    """`corral.thread_role` (internal): first event of a child thread's log: who it is and
+    whose thread it is (`thread_id` is this log's session row id)."""
+
+    type: Literal["corral.thread_role"]
+    parent_session_id: str
+    parent_thread_id: str
+    thread_id: str
+    agent_name: str
+
+
+class RelayedEvent(Logged):
+    """`corral.relayed` (internal): a child thread's events up to `seq` were cross-posted to
+    its parent's log (and its turn closes before it answered as thread messages)."""
+
+    type: Literal["corral.relayed"]
+    seq: int
+
+
 LogEvent = Annotated[
     UserMessageEvent
     | UserInterruptEvent
@@ -511,7 +589,16 @@ LogEvent = Annotated[
     | ModelCostEvent
     | BudgetSetEvent
     | AgentThreadContextCompactedEvent
-    | ContextSummaryEvent,
+    | ContextSummaryEvent
+    | SessionThreadCreatedEvent
+    | SessionThreadStatusRunningEvent
+    | SessionThreadStatusIdleEvent
+    | SessionThreadStatusRescheduledEvent
+    | SessionThreadStatusTerminatedEvent
+    | AgentThreadMessageSentEvent
+    | AgentThreadMessageReceivedEvent
+    | ThreadRoleEvent
+    | RelayedEvent,
     Field(discriminator="type"),
 ]
 """Every event a session log can hold, discriminated on `type`."""
@@ -548,6 +635,15 @@ LogEventType = Literal[
     "corral.budget",
     "agent.thread_context_compacted",
     "corral.context_summary",
+    "session.thread_created",
+    "session.thread_status_running",
+    "session.thread_status_idle",
+    "session.thread_status_rescheduled",
+    "session.thread_status_terminated",
+    "agent.thread_message_sent",
+    "agent.thread_message_received",
+    "corral.thread_role",
+    "corral.relayed",
 ]
 """The `type` tags of `LogEvent`, for code that builds event bodies."""
 
@@ -560,6 +656,8 @@ INTERNAL_EVENT_TYPES = frozenset(
         "corral.model_cost",
         "corral.budget",
         "corral.context_summary",
+        "corral.thread_role",
+        "corral.relayed",
     }
 )
 """Brain bookkeeping kept in the log but never shown to clients (events.list, SSE): client

@@ -1,0 +1,414 @@
+"""Multi-agent threads in the brain (docs/threads.md).
+
+A child thread is a session row of its own (`parent_id` = the session), so it is claimed,
+leased, fenced and resumed exactly like a session; this module adds only what a thread does
+beyond a session:
+
+- `apply_thread` folds the thread bookkeeping of one event into `SessionState.thread`
+  (pure): a child's outbox (status changes and client-facing calls to cross-post to the
+  parent's log, turn closes to answer as thread messages), and a coordinator's newest
+  received thread message (what its wait tool waits for);
+- `relay` (the `Relay` action) delivers a child's outbox to its parent's log, then logs
+  `corral.relayed` under the child's fence. Deliveries carry ids derived from the events
+  they copy, so a brain that dies between the two steps and re-runs the relay is refused by
+  the parent log's unique `(session_id, id)` index instead of duplicating anything;
+- `run_thread_tool` serves the coordinator's three tools. They log no start marker: each is
+  idempotent by derived ids (the thread a start call makes, the message a send call
+  delivers), so after a crash they simply run again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from corral.brain import events as ev
+from corral.errors import Conflict, NotFound
+from corral.ids import now_rfc3339
+from corral.models.base import ModelRequest
+from corral.session.threads import (
+    MAX_THREADS,
+    SEND_TOOL,
+    START_TOOL,
+    THREAD_TOOLS,
+    WAIT_TOOL,
+    child_thread_id,
+    derived_event_id,
+    primary_thread_id,
+)
+from corral.store.base import Page, SessionFilter, SessionRow
+from corral.wire.events import (
+    AgentCustomToolUseEvent,
+    AgentMcpToolUseEvent,
+    AgentMessageEvent,
+    AgentThreadMessageReceivedEvent,
+    AgentToolUseEvent,
+    LogEvent,
+    RelayedEvent,
+    SessionStatusIdleEvent,
+    SessionStatusRescheduledEvent,
+    SessionStatusRunningEvent,
+    SessionStatusTerminatedEvent,
+    ThreadRoleEvent,
+    UserMessageEvent,
+)
+
+if TYPE_CHECKING:
+    from corral.brain.run import Run
+    from corral.brain.state import SessionState, ToolCall
+
+_STATUS_SUFFIX = {
+    "session.status_running": "running",
+    "session.status_idle": "idle",
+    "session.status_rescheduled": "rescheduled",
+    "session.status_terminated": "terminated",
+}
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """One thing a child owes its parent's log."""
+
+    seq: int
+    body: dict[str, Any]
+    """The event for the parent's log (id derived or copied, so delivery is idempotent)."""
+    sent: dict[str, Any] | None = None
+    """For a reply: the `agent.thread_message_sent` the child logs once it is delivered."""
+
+
+@dataclass(slots=True)
+class ThreadState:
+    """Thread bookkeeping of one log (a session's or a child thread's)."""
+
+    role: ThreadRoleEvent | None = None
+    """Set on a child thread's log: whose thread it is."""
+    outbox: list[Outgoing] = field(default_factory=list)
+    relayed_seq: int = 0
+    turn_reply: list[dict[str, Any]] | None = None
+    """Text of the newest `agent.message` of the current turn (a child's reply)."""
+    last_received_seq: int = 0
+    """Seq of the newest `agent.thread_message_received` (what a wait call waits for)."""
+    in_turn: bool = False
+    """A child's turn is open (running since its last close): its close is a reply."""
+
+
+@dataclass(frozen=True, slots=True)
+class Relay:
+    """Deliver a child thread's outbox to its parent's log."""
+
+
+def apply_thread(state: SessionState, seq: int, event: LogEvent) -> None:
+    """Fold the thread bookkeeping of `event` (the log's next, at `seq`) into `state`."""
+    ts = state.thread
+    match event:
+        case ThreadRoleEvent():
+            ts.role = event
+        case RelayedEvent():
+            ts.relayed_seq = max(ts.relayed_seq, event.seq)
+            ts.outbox = [o for o in ts.outbox if o.seq > ts.relayed_seq]
+        case AgentThreadMessageReceivedEvent():
+            ts.last_received_seq = seq
+            state.last_input_seq = seq
+        case _:
+            pass
+    if ts.role is not None:
+        _child_outgoing(ts, ts.role, seq, event)
+
+
+def _child_outgoing(ts: ThreadState, role: ThreadRoleEvent, seq: int, event: LogEvent) -> None:
+    match event:
+        case AgentMessageEvent():
+            ts.turn_reply = [b for b in event.content if b.get("type") == "text"] or None
+        case (
+            SessionStatusRunningEvent()
+            | SessionStatusIdleEvent()
+            | SessionStatusRescheduledEvent()
+            | SessionStatusTerminatedEvent()
+        ):
+            body: dict[str, Any] = {
+                "id": event.id,
+                "type": "session.thread_status_" + _STATUS_SUFFIX[event.type],
+                "processed_at": event.processed_at,
+                "session_thread_id": role.thread_id,
+                "agent_name": role.agent_name,
+            }
+            if isinstance(event, SessionStatusIdleEvent):
+                body["stop_reason"] = event.stop_reason.model_dump(exclude_none=True)
+            ts.outbox.append(Outgoing(seq, body))
+            closes = isinstance(event, SessionStatusTerminatedEvent) or (
+                isinstance(event, SessionStatusIdleEvent)
+                and event.stop_reason.type != "requires_action"
+            )
+            if closes and ts.in_turn:  # a close with no turn open (an idle thread
+                ts.outbox.append(_reply(ts, role, seq, event))  # interrupted) answers nothing
+            ts.in_turn = isinstance(event, SessionStatusRunningEvent) or (ts.in_turn and not closes)
+        case AgentCustomToolUseEvent():
+            ts.outbox.append(Outgoing(seq, _crosspost(event, role)))
+        case AgentToolUseEvent() | AgentMcpToolUseEvent() if event.evaluated_permission == "ask":
+            ts.outbox.append(Outgoing(seq, _crosspost(event, role)))
+        case _:
+            pass
+
+
+def _reply(ts: ThreadState, role: ThreadRoleEvent, seq: int, close: LogEvent) -> Outgoing:
+    """A closed turn answers the coordinator with its last message (or says it had none)."""
+    content = ts.turn_reply
+    ts.turn_reply = None
+    if content is None:
+        reason = close.stop_reason.type if isinstance(close, SessionStatusIdleEvent) else "ended"
+        content = ev.text_content(f"(the thread ended its turn without a message: {reason})")
+    received = ev.event(
+        "agent.thread_message_received",
+        id=derived_event_id(close.id, "reply"),
+        from_session_thread_id=role.thread_id,
+        from_agent_name=role.agent_name,
+        content=content,
+    )
+    sent = ev.event(
+        "agent.thread_message_sent",
+        id=derived_event_id(close.id, "reply-sent"),
+        to_session_thread_id=role.parent_thread_id,
+        content=content,
+    )
+    for body in (received, sent):  # stamped when delivered, so a re-fold owes the same
+        del body["processed_at"]
+    return Outgoing(seq, received, sent)
+
+
+def _crosspost(event: LogEvent, role: ThreadRoleEvent) -> dict[str, Any]:
+    body = event.model_dump(exclude_none=True)
+    body["session_thread_id"] = role.thread_id
+    return body
+
+
+def relay_due(state: SessionState) -> Relay | None:
+    """`Relay` when a child thread has undelivered events (decide asks this first)."""
+    return Relay() if state.thread.outbox else None
+
+
+def wait_blocked(state: SessionState, call: ToolCall) -> bool:
+    """A wait call while no thread message is logged that the model has not seen (one that
+    arrived while the model was answering counts as unseen): nothing to run yet."""
+    return (
+        call.kind == "builtin"
+        and call.name == WAIT_TOOL
+        and state.thread.last_received_seq <= state.last_answer_seq
+    )
+
+
+def is_thread_tool(call: ToolCall) -> bool:
+    """Whether `call` is one of the coordinator's thread tools."""
+    return call.kind == "builtin" and call.name in THREAD_TOOLS
+
+
+def thread_tool_use(agent: dict[str, Any], name: str, tool_input: Any) -> dict[str, Any] | None:
+    """The `agent.tool_use` for a coordinator's call of a thread tool (None: not one)."""
+    if name not in THREAD_TOOLS or not roster(agent):
+        return None
+    return ev.event(
+        "agent.tool_use",
+        name=name,
+        input=dict(tool_input or {}),
+        evaluated_permission="allow",
+        evaluation={"type": "always_allow"},
+    )
+
+
+def transcript_view(event: LogEvent) -> LogEvent | None:
+    """What the model's transcript gets for `event`: nothing for cross-posts and echoes
+    (they belong to another thread's log), a user turn for a received thread message."""
+    if event.session_thread_id is not None:
+        return None
+    if isinstance(event, AgentThreadMessageReceivedEvent):
+        sender = event.from_agent_name or "the coordinator"
+        head = f"<thread-message from={event.from_session_thread_id!r} agent={sender!r}>"
+        texts = [str(b.get("text", "")) for b in event.content if b.get("type") == "text"]
+        text = head + "\n" + "\n".join(texts) + "\n</thread-message>"
+        return UserMessageEvent(
+            id=event.id, type="user.message", content=[{"type": "text", "text": text}]
+        )
+    return event
+
+
+# ---- the coordinator's tools --------------------------------------------------------
+
+
+def roster(agent: dict[str, Any]) -> list[dict[str, Any]]:
+    """The thread agents a coordinator may start (expanded at session creation)."""
+    multi = agent.get("multiagent") or {}
+    if multi.get("type") == "coordinator":
+        entries = multi.get("agents") or []
+    else:
+        entries = (multi.get("subagents") or {}).get("predefined_agents") or []
+    return [e for e in entries if isinstance(e, dict) and e.get("type") == "agent"]
+
+
+def tool_definitions(agent: dict[str, Any]) -> list[dict[str, Any]]:
+    """The thread tools offered to a coordinator's model (none for other agents)."""
+    agents = roster(agent)
+    if not agents:
+        return []
+    names = ", ".join(
+        repr(a.get("name")) + (f" ({a['description']})" if a.get("description") else "")
+        for a in agents
+    )
+    return [
+        {
+            "name": START_TOOL,
+            "description": "Start a child thread: one of your agents works on a task in the "
+            f"shared workspace, concurrently with you. Agents: {names}. Returns the thread id.",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "agent": {"type": "string", "description": "the agent's name"},
+                    "task": {"type": "string", "description": "what the thread should do"},
+                },
+                "required": ["agent", "task"],
+            },
+        },
+        {
+            "name": SEND_TOOL,
+            "description": "Send a message to a child thread you started.",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "thread_id": {"type": "string"},
+                    "message": {"type": "string"},
+                },
+                "required": ["thread_id", "message"],
+            },
+        },
+        {
+            "name": WAIT_TOOL,
+            "description": "Wait until a child thread replies (each thread replies with its "
+            "last message whenever it finishes a turn). Replies arrive as thread messages.",
+            "input_schema": {"type": "object", "properties": {}},
+        },
+    ]
+
+
+def with_thread_tools(request: ModelRequest, agent: dict[str, Any]) -> ModelRequest:
+    """`request` with a coordinator's thread tools added."""
+    tools = tool_definitions(agent)
+    return replace(request, tools=[*request.tools, *tools]) if tools else request
+
+
+async def run_thread_tool(run: Run, call: ToolCall, running: list[dict[str, Any]]) -> None:
+    """Serve one thread tool call and log its result (with the events it causes)."""
+    if call.name == START_TOOL:
+        extra, text, error = await _start(run, call)
+    elif call.name == SEND_TOOL:
+        extra, text, error = await _send(run, call)
+    else:
+        extra, text, error = [], "Thread message(s) arrived; they follow this result.", False
+    result = ev.tool_result(call.event_id, ev.text_content(text), is_error=error)
+    await run.append(*running, *extra, result)
+
+
+async def _start(run: Run, call: ToolCall) -> tuple[list[dict[str, Any]], str, bool]:
+    name, task = call.input.get("agent"), call.input.get("task")
+    if not isinstance(name, str) or not isinstance(task, str) or not task:
+        return [], "`agent` and `task` must be non-empty strings.", True
+    chosen = next((a for a in roster(run.agent) if name in (a.get("name"), a.get("id"))), None)
+    if chosen is None:
+        names = ", ".join(str(a.get("name")) for a in roster(run.agent))
+        return [], f"No agent named {name!r} in this roster (agents: {names}).", True
+    session = run.session
+    thread_id = child_thread_id(call.event_id)
+    children = await run.deps.store.list_sessions(
+        Page(limit=MAX_THREADS + 1), SessionFilter(parent_id=session.id)
+    )
+    if thread_id not in {c.id for c in children} and len(children) >= MAX_THREADS:
+        return [], f"thread_limit_error: at most {MAX_THREADS} threads per session.", True
+    agent_name = str(chosen.get("name"))
+    content = ev.text_content(task)
+    body = {k: v for k, v in session.body.items() if k not in ("title", "metadata", "agent")}
+    body["agent"] = chosen
+    row = SessionRow(
+        id=thread_id,
+        created_at=now_rfc3339(),
+        environment_id=session.environment_id,
+        agent_id=str(chosen["id"]),
+        agent_version=int(chosen["version"]),
+        body=body,
+        parent_id=session.id,
+    )
+    first = [
+        ev.event(
+            "corral.thread_role",
+            parent_session_id=session.id,
+            parent_thread_id=primary_thread_id(session.id),
+            thread_id=thread_id,
+            agent_name=agent_name,
+        ),
+        ev.event(
+            "agent.thread_message_received",
+            id=derived_event_id(call.event_id, "task"),
+            from_session_thread_id=primary_thread_id(session.id),
+            content=content,
+        ),
+    ]
+    with contextlib.suppress(Conflict):  # made by an earlier run of this call
+        await run.deps.store.create_session(row, first)
+    extra = [
+        ev.event("session.thread_created", session_thread_id=thread_id, agent_name=agent_name),
+        ev.event(
+            "agent.thread_message_sent",
+            to_session_thread_id=thread_id,
+            to_agent_name=agent_name,
+            content=content,
+        ),
+    ]
+    return extra, f"Started thread {thread_id} ({agent_name}).", False
+
+
+async def _send(run: Run, call: ToolCall) -> tuple[list[dict[str, Any]], str, bool]:
+    thread_id, message = call.input.get("thread_id"), call.input.get("message")
+    if not isinstance(thread_id, str) or not isinstance(message, str) or not message:
+        return [], "`thread_id` and `message` must be non-empty strings.", True
+    child = await run.deps.store.get_session(thread_id)
+    if child is None or child.parent_id != run.session.id:
+        return [], f"No thread {thread_id!r} in this session.", True
+    if child.archived_at is not None or child.summary.status == "terminated":
+        return [], f"Thread {thread_id} is archived and takes no more messages.", True
+    content = ev.text_content(message)
+    received = ev.event(
+        "agent.thread_message_received",
+        id=derived_event_id(call.event_id, "message"),
+        from_session_thread_id=primary_thread_id(run.session.id),
+        content=content,
+    )
+    await deliver(run, thread_id, received, wake=True)
+    agent_name = str(child.body.get("agent", {}).get("name", ""))
+    sent = ev.event(
+        "agent.thread_message_sent",
+        to_session_thread_id=thread_id,
+        to_agent_name=agent_name,
+        content=content,
+    )
+    return [sent], f"Message sent to thread {thread_id}.", False
+
+
+async def deliver(run: Run, session_id: str, body: dict[str, Any], *, wake: bool) -> None:
+    """Append `body` (an id derived or copied: idempotent) to another log, once."""
+    try:
+        await run.deps.store.append(session_id, [body], wake=wake)
+    except Conflict:
+        pass  # delivered by an earlier run
+    except NotFound:
+        pass  # that log was deleted: nobody is left to tell
+
+
+async def relay(run: Run) -> None:
+    """Deliver the outbox to the parent's log, then log `corral.relayed` (and the replies'
+    `agent.thread_message_sent`) under this thread's fence."""
+    ts = run.state.thread
+    assert ts.role is not None
+    parent = ts.role.parent_session_id
+    sent: list[dict[str, Any]] = []
+    for item in list(ts.outbox):
+        await deliver(run, parent, item.body, wake=item.sent is not None)
+        if item.sent is not None:
+            sent.append(item.sent)
+    await run.append(*sent, ev.event("corral.relayed", seq=ts.outbox[-1].seq))

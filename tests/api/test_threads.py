@@ -1,0 +1,388 @@
+"""Multi-agent threads end to end: the official SDK against a real server (SQLite and
+PostgreSQL), a scripted fake model answering each agent by its system prompt, real sandboxes.
+
+A coordinator starts two roster agents on child threads that work concurrently in the shared
+workspace; one asks the client for a custom tool result, which the client answers on the
+session by event id alone; the coordinator messages a thread, waits for replies and answers
+the user.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from tests.api.helpers import assert_log_sound, events, say, wait_idle
+from tests.fakes.messages_server import (
+    FakeModelServer,
+    Reply,
+    Text,
+    ToolUse,
+    Turn,
+    by_system,
+    first_user_text,
+)
+from tests.server import ServerProcess, backend_env
+
+BASH = {"type": "agent_toolset_20260401"}
+APPROVE = {
+    "type": "custom",
+    "name": "approve",
+    "description": "Ask the user to approve writing a file.",
+    "input_schema": {"type": "object", "properties": {"file": {"type": "string"}}},
+}
+START, SEND, WAIT = "corral_thread_start", "corral_thread_send", "corral_thread_wait"
+LEASE_SECONDS = 2.0
+
+
+# ---- the scripted agents ----------------------------------------------------------------
+
+
+def _user_blocks(request: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for message in request["messages"]:
+        if message["role"] == "user" and isinstance(message["content"], list):
+            out.extend(message["content"])
+    return out
+
+
+def _result_texts(request: dict[str, Any]) -> list[str]:
+    return [
+        str(c.get("text", ""))
+        for b in _user_blocks(request)
+        if b.get("type") == "tool_result"
+        for c in b.get("content") or []
+    ]
+
+
+def _thread_messages(request: dict[str, Any]) -> list[str]:
+    return [
+        str(b["text"])
+        for b in _user_blocks(request)
+        if b.get("type") == "text" and str(b.get("text", "")).startswith("<thread-message")
+    ]
+
+
+def _last_user(request: dict[str, Any]) -> list[dict[str, Any]]:
+    last = request["messages"][-1]
+    return list(last["content"]) if isinstance(last["content"], list) else []
+
+
+def coordinator(request: dict[str, Any]) -> Reply:
+    """Start alpha and beta, wait; on the first reply ask alpha to confirm; answer the user
+    once three replies (alpha, beta, alpha's confirmation) are in."""
+    results, replies = _result_texts(request), _thread_messages(request)
+    assistant_turns = sum(1 for m in request["messages"] if m["role"] == "assistant")
+    if "KILL" in first_user_text(request):  # start alpha and gamma, answer after both reply
+        if assistant_turns == 0:
+            return Turn(
+                [
+                    ToolUse(START, {"agent": "alpha", "task": "write a.txt"}),
+                    ToolUse(START, {"agent": "gamma", "task": "write g.txt"}),
+                ]
+            )
+        return Turn([Text("All done")]) if len(replies) >= 2 else Turn([ToolUse(WAIT, {})])
+    if "ONE-THREAD" in first_user_text(request):  # start the sleeper, wait for its reply
+        if assistant_turns == 0:
+            return Turn([ToolUse(START, {"agent": "sleeper", "task": "sleep"})])
+        return Turn([Text("All done")]) if replies else Turn([ToolUse(WAIT, {})])
+    if assistant_turns == 0:
+        return Turn(
+            [
+                ToolUse(START, {"agent": "alpha", "task": "write a.txt"}),
+                ToolUse(START, {"agent": "beta", "task": "write b.txt"}),
+            ]
+        )
+    alpha = next(t.split()[2] for t in results if t.startswith("Started") and "alpha" in t)
+    if replies and not any(t.startswith("Message sent") for t in results):
+        return Turn([ToolUse(SEND, {"thread_id": alpha, "message": "please confirm"})])
+    if len(replies) < 3:
+        return Turn([ToolUse(WAIT, {})])
+    return Turn([Text("All done: " + " | ".join(sorted(r.splitlines()[1] for r in replies)))])
+
+
+def alpha(request: dict[str, Any]) -> Reply:
+    last = _last_user(request)
+    if any(b.get("type") == "tool_result" for b in last):
+        return Turn([Text("alpha wrote a.txt")])
+    if any("please confirm" in str(b.get("text", "")) for b in last):
+        return Turn([Text("alpha confirms")])
+    return Turn([ToolUse("bash", {"command": "sleep 1; echo alpha > /workspace/a.txt"})])
+
+
+def beta(request: dict[str, Any]) -> Reply:
+    results = _result_texts(request)
+    if not results:
+        return Turn([ToolUse("approve", {"file": "b.txt"})])
+    if len(results) == 1:
+        return Turn([ToolUse("bash", {"command": f"echo beta-{results[0]} > /workspace/b.txt"})])
+    return Turn([Text("beta wrote b.txt")])
+
+
+def gamma(request: dict[str, Any]) -> Reply:
+    if _result_texts(request):
+        return Turn([Text("gamma wrote g.txt")])
+    return Turn([ToolUse("bash", {"command": "sleep 1; echo gamma > /workspace/g.txt"})])
+
+
+def sleeper(request: dict[str, Any]) -> Reply:
+    if _result_texts(request):
+        return Turn([Text("slept")])
+    return Turn([ToolUse("bash", {"command": "sleep 60"})])
+
+
+SCRIPTS = by_system(
+    {
+        "ROLE:coordinator": coordinator,
+        "ROLE:alpha": alpha,
+        "ROLE:beta": beta,
+        "ROLE:sleeper": sleeper,
+        "ROLE:gamma": gamma,
+    }
+)
+
+
+# ---- fixtures and helpers ---------------------------------------------------------------
+
+
+@pytest.fixture
+def threaded(tmp_path: Path, fake_model: FakeModelServer, backend: str) -> Iterator[ServerProcess]:
+    fake_model.reset(SCRIPTS)
+    with backend_env(backend) as env:
+        lease = {"CORRAL_LEASE_SECONDS": str(LEASE_SECONDS)}
+        proc = ServerProcess(tmp_path / "data", model_url=fake_model.url, env={**env, **lease})
+        proc.start()
+        yield proc
+        proc.stop()
+
+
+def make_team(client: anthropic.Anthropic, *members: tuple[str, list[dict[str, Any]]]) -> str:
+    """A session of a coordinator whose roster is `members` (name, tools)."""
+    roster = [
+        client.beta.agents.create(
+            model="claude-sonnet-4-5",
+            name=name,
+            system=f"ROLE:{name}",
+            tools=tools,  # type: ignore[arg-type]
+        ).id
+        for name, tools in members
+    ]
+    coord = client.beta.agents.create(
+        model="claude-sonnet-4-5",
+        name="lead",
+        system="ROLE:coordinator",
+        tools=[],
+        multiagent={"type": "coordinator", "agents": roster},  # type: ignore[typeddict-item]
+    )
+    env = client.beta.environments.create(name="e", config={"type": "cloud"})
+    return client.beta.sessions.create(agent=coord.id, environment_id=env.id).id
+
+
+def wait_until(check: Any, what: str, timeout: float = 40.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def thread_events(client: anthropic.Anthropic, session_id: str, thread_id: str) -> list[Any]:
+    return list(
+        client.beta.sessions.threads.events.list(thread_id, session_id=session_id, limit=1000)
+    )
+
+
+def answer_approvals(client: anthropic.Anthropic, session_id: str) -> Any:
+    """The cross-posted custom tool use, answered on the session by its id alone."""
+    use = wait_until(
+        lambda: next(
+            (e for e in events(client, session_id) if e.type == "agent.custom_tool_use"), None
+        ),
+        "the child's custom tool use on the session log",
+    )
+    sent = client.beta.sessions.events.send(
+        session_id,
+        events=[
+            {
+                "type": "user.custom_tool_result",
+                "custom_tool_use_id": use.id,
+                "content": [{"type": "text", "text": "ok"}],
+            }
+        ],
+    )
+    return use, sent.data[0]
+
+
+# ---- tests ------------------------------------------------------------------------------
+
+
+def test_coordinator_and_two_threads(threaded: ServerProcess) -> None:
+    client = threaded.client()
+    session_id = make_team(client, ("alpha", [BASH]), ("beta", [BASH, APPROVE]))
+    say(client, session_id, "split the work")
+    use, echo = answer_approvals(client, session_id)
+    assert use.session_thread_id and use.session_thread_id.startswith("sthr_")
+    assert echo.session_thread_id == use.session_thread_id  # routed, not named by the client
+
+    # The beta thread's own stream shows the rest of its turn.
+    with client.beta.sessions.threads.events.stream(
+        use.session_thread_id, session_id=session_id
+    ) as stream:
+        seen = []
+        for event in stream:
+            seen.append(event.type)
+            if event.type == "session.thread_status_idle":
+                break
+    assert "agent.message" in seen or "agent.tool_use" in seen
+
+    wait_idle(client, session_id, stop="end_turn", timeout=60)
+    log = events(client, session_id)
+    assert_log_sound(log)
+    final = [e for e in log if e.type == "agent.message"]
+    assert final[-1].content[0].text == (
+        "All done: alpha confirms | alpha wrote a.txt | beta wrote b.txt"
+    )
+    created = [e for e in log if e.type == "session.thread_created"]
+    assert sorted(e.agent_name for e in created) == ["alpha", "beta"]
+    received = [e for e in log if e.type == "agent.thread_message_received"]
+    assert len(received) == 3
+    assert any(
+        e.type == "session.thread_status_idle" and e.session_thread_id == use.session_thread_id
+        for e in log
+    )
+    # Both threads were running at once: each started before the other's first turn ended.
+    order = [
+        (e.type, e.session_thread_id)
+        for e in log
+        if e.type in ("session.thread_status_running", "session.thread_status_idle")
+    ]
+    first_idle = next(i for i, (t, _) in enumerate(order) if t == "session.thread_status_idle")
+    assert len({tid for t, tid in order[:first_idle] if t.endswith("running")}) == 2
+
+    threads = list(client.beta.sessions.threads.list(session_id))
+    assert len(threads) == 3 and threads[0].parent_thread_id is None
+    children = {t.agent.name: t for t in threads[1:]}
+    assert set(children) == {"alpha", "beta"}
+    for child in children.values():
+        assert child.parent_thread_id == threads[0].id
+        got = client.beta.sessions.threads.retrieve(child.id, session_id=session_id)
+        assert got.status == "idle" and got.usage is not None
+    alpha_log = thread_events(client, session_id, children["alpha"].id)
+    kinds = [e.type for e in alpha_log]
+    assert kinds[0] == "agent.thread_message_received"
+    assert kinds.count("agent.thread_message_sent") == 2  # two turns, two replies
+    assert "session.thread_status_running" in kinds and "agent.tool_use" in kinds
+    primary_log = thread_events(client, session_id, threads[0].id)
+    assert primary_log[-1].type == "session.status_idle"
+    assert all(
+        not getattr(e, "session_thread_id", None) or e.type == "session.thread_created"
+        for e in primary_log
+    ), "the primary thread's own log holds no cross-posts"
+    beta_log = thread_events(client, session_id, children["beta"].id)
+    answers = [e for e in beta_log if e.type == "user.custom_tool_result"]
+    assert [a.custom_tool_use_id for a in answers] == [use.id]
+
+    workspace = threaded.data_dir / "sessions" / session_id / "workspace"
+    assert (workspace / "a.txt").read_text() == "alpha\n"
+    assert (workspace / "b.txt").read_text() == "beta-ok\n"
+
+    session = client.beta.sessions.retrieve(session_id)
+    per_thread = sum(int(t.usage.input_tokens or 0) for t in threads[1:])
+    assert per_thread > 0
+    primary = client.beta.sessions.threads.retrieve(threads[0].id, session_id=session_id)
+    assert session.usage.input_tokens == per_thread + int(primary.usage.input_tokens or 0)
+
+
+def test_interrupt_one_thread(threaded: ServerProcess) -> None:
+    client = threaded.client()
+    session_id = make_team(client, ("sleeper", [BASH]), ("alpha", [BASH]))
+    say(client, session_id, "ONE-THREAD start the sleeper")
+    started = wait_until(
+        lambda: next(
+            (
+                e
+                for e in events(client, session_id)
+                if e.type == "session.thread_status_running" and e.session_thread_id
+            ),
+            None,
+        ),
+        "the sleeper running",
+    )
+    thread_id = started.session_thread_id
+    wait_until(
+        lambda: any(
+            e.type == "agent.tool_use" for e in thread_events(client, session_id, thread_id)
+        ),
+        "the sleeper's bash call",
+    )
+    client.beta.sessions.events.send(
+        session_id, events=[{"type": "user.interrupt", "session_thread_id": thread_id}]
+    )
+    wait_idle(client, session_id, stop="end_turn", timeout=60)
+    log = events(client, session_id)
+    mine = [e for e in log if e.type == "user.interrupt" and not e.session_thread_id]
+    assert [e.session_thread_id for e in log if e.type == "user.interrupt"] == [thread_id]
+    assert mine == [], "the coordinator itself was not interrupted"
+    final = [e for e in log if e.type == "agent.message"]
+    assert final[-1].content[0].text.startswith("All done")
+    child = thread_events(client, session_id, thread_id)
+    result = next(e for e in child if e.type == "agent.tool_result")
+    assert result.is_error and "Interrupted" in result.content[0].text
+
+    # Without session_thread_id an interrupt reaches the primary and every live thread.
+    sent = client.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
+    assert [e.session_thread_id for e in sent.data] == [None, thread_id]
+    wait_until(
+        lambda: (
+            [e.type for e in thread_events(client, session_id, thread_id)].count("user.interrupt")
+            == 2
+        ),
+        "the second interrupt on the thread's log",
+    )
+
+
+@pytest.mark.parametrize("moment", ["threads_running", "first_reply"])
+def test_kill_mid_run_resumes_every_thread(threaded: ServerProcess, moment: str) -> None:
+    client = threaded.client()
+    session_id = make_team(client, ("alpha", [BASH]), ("gamma", [BASH]))
+    say(client, session_id, "KILL start both")
+
+    def reached() -> bool:
+        log = events(client, session_id)
+        if moment == "first_reply":
+            return any(e.type == "agent.thread_message_received" for e in log)
+        running = {e.session_thread_id for e in log if e.type == "session.thread_status_running"}
+        return len(running) == 2
+
+    wait_until(reached, moment)
+    threaded.restart()
+    client = threaded.client()
+    wait_idle(client, session_id, stop="end_turn", timeout=90)
+    log = events(client, session_id)
+    assert_log_sound(log)
+    assert [e.content[0].text for e in log if e.type == "agent.message"] == ["All done"]
+    assert len([e for e in log if e.type == "session.thread_created"]) == 2
+    received = [e for e in log if e.type == "agent.thread_message_received"]
+    assert len(received) == 2 and len({e.from_session_thread_id for e in received}) == 2
+    threads = list(client.beta.sessions.threads.list(session_id))
+    assert len(threads) == 3
+    for child in threads[1:]:
+        own = thread_events(client, session_id, child.id)
+        assert_log_sound(own)
+        kinds = [e.type for e in own]
+        assert kinds.count("agent.thread_message_received") == 1  # its task, once
+        assert kinds.count("agent.thread_message_sent") == 1  # its reply, once
+        uses = [e for e in own if e.type == "agent.tool_use"]
+        results = [e for e in own if e.type == "agent.tool_result"]
+        assert len(uses) == len(results) == 1
+        # every status change of the thread is cross-posted exactly once
+        statuses = [e.id for e in own if e.type.startswith("session.thread_status_")]
+        posted = [e.id for e in log if e.type.startswith("session.thread_status_")]
+        assert set(statuses) <= set(posted)
