@@ -94,9 +94,11 @@ def test_interrupt_stops_the_rest_of_a_batch(
 
 @pytest.fixture
 def crashy(tmp_path: Path, fake_model: FakeModelServer, backend: str) -> Iterator[ServerProcess]:
-    """A server with a short lease, so a restart on PostgreSQL takes seconds."""
+    """A server with a short lease, so a restart on PostgreSQL takes seconds. Not shorter: a
+    server starved of CPU on a busy test machine can miss a 2 s renewal, and a brain that
+    loses its lease mid-stream asks the model again, overrunning the scripted turns."""
     with backend_env(backend) as env:
-        lease = {"CORRAL_LEASE_SECONDS": "2"}
+        lease = {"CORRAL_LEASE_SECONDS": "6"}
         proc = ServerProcess(tmp_path / "data", model_url=fake_model.url, env={**env, **lease})
         proc.start()
         yield proc
