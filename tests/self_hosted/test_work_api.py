@@ -303,3 +303,30 @@ def test_memory_needs_a_sessions_token_of_a_session_that_mounts_the_store(
     worker.beta.environments.work.stop(item.id, environment_id=env_id, force=True)
     with pytest.raises(anthropic.AuthenticationError):  # the item stopped: the token died
         scoped.beta.memory_stores.memories.list(mounted.id)
+
+
+def test_files_and_repositories_are_refused_on_self_hosted_hands(server: ServerProcess) -> None:
+    # Their blobs and tokens stay on the server, so a worker could never mount them: refused
+    # when asked for, not accepted and then missing from the sandbox.
+    admin = server.client()
+    env_id = self_hosted_env(admin)
+    agent = admin.beta.agents.create(model="claude-sonnet-4-5", name="w", tools=[TOOLSET])  # type: ignore[list-item]
+    uploaded = admin.beta.files.upload(file=("notes.txt", b"hello", "text/plain"))
+    repo = {
+        "type": "github_repository",
+        "url": "https://git.example.com/team/repo.git",
+        "authorization_token": "t0ken",
+    }
+    for resource in ({"type": "file", "file_id": uploaded.id}, repo):
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            admin.beta.sessions.create(
+                agent=agent.id,
+                environment_id=env_id,
+                resources=[resource],  # type: ignore[list-item]
+            )
+        assert "not available on self_hosted environments" in refused.value.message
+        assert "resources[0]" in refused.value.message
+    session_id = admin.beta.sessions.create(agent=agent.id, environment_id=env_id).id
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        admin.beta.sessions.resources.add(session_id, type="file", file_id=uploaded.id)
+    assert "not available on self_hosted environments" in refused.value.message

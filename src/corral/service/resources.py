@@ -18,6 +18,10 @@ _MOUNT_ROOTS = ("/mnt/session/uploads/", "/mnt/data/")
 """Never under /workspace: a mount point there could be swapped for a symlink by the sandbox."""
 
 
+_SERVER_SIDE_ONLY = frozenset({"file", "github_repository"})
+"""Resource kinds that self-hosted hands cannot have: the server keeps their content."""
+
+
 def mount_path(requested: str | None, file_id: str, where: str) -> str:
     """Where a file appears in the sandbox; relative paths are under the uploads folder."""
     raw = requested or file_id
@@ -42,10 +46,24 @@ class SessionResources:
         self.repositories = repositories
 
     async def build(
-        self, item: Any, where: str, taken: set[str], tokens: dict[str, str] | None = None
+        self,
+        item: Any,
+        where: str,
+        taken: set[str],
+        tokens: dict[str, str] | None = None,
+        *,
+        remote: bool = False,
     ) -> dict[str, Any]:
         """A stored resource entry for a create/add request item; a repository's token is
-        put in `tokens` (resource id -> token) for `save_tokens` once the session exists."""
+        put in `tokens` (resource id -> token) for `save_tokens` once the session exists.
+        `remote`: the session's hands are self-hosted, which get no files or repositories."""
+        kind = getattr(item, "type", None)
+        if remote and kind in _SERVER_SIDE_ONLY:
+            raise BadRequest(
+                f"{where}: '{kind}' resources are not available on self_hosted environments "
+                "(their blobs and tokens stay on the server; see docs/self_hosted.md)",
+                error_code="unsupported_resource",
+            )
         if isinstance(item, GithubRepository) and self.repositories is not None:
             entry = self.repositories.build(item, where, taken)
             if item.authorization_token is not None and tokens is not None:
@@ -77,12 +95,13 @@ class SessionResources:
         }
 
     async def build_all(
-        self, items: list[Any], tokens: dict[str, str] | None = None
+        self, items: list[Any], tokens: dict[str, str] | None = None, *, remote: bool = False
     ) -> list[dict[str, Any]]:
         """Entries for `sessions.create(resources=...)`; repository tokens go to `tokens`."""
         taken: set[str] = set()
         return [
-            await self.build(item, f"resources[{i}]", taken, tokens) for i, item in enumerate(items)
+            await self.build(item, f"resources[{i}]", taken, tokens, remote=remote)
+            for i, item in enumerate(items)
         ]
 
     async def save_tokens(self, session_id: str, tokens: dict[str, str]) -> None:

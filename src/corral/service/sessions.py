@@ -101,7 +101,9 @@ class SessionService:
         tokens: dict[str, str] = {}  # repository tokens, stored sealed once the session exists
         body: dict[str, Any] = {
             "agent": snapshot,
-            "resources": await self.resources.build_all(list(req.resources or []), tokens),
+            "resources": await self.resources.build_all(
+                list(req.resources or []), tokens, remote=remote
+            ),
             "vault_ids": vault_ids,
             "title": req.title,
             "metadata": dict(req.metadata or {}),
@@ -293,7 +295,9 @@ class SessionService:
         row = await self.row(session_id)
         body = dict(row.body)
         taken = {r["mount_path"] for r in body["resources"]}
-        entry = await self.resources.build(item, "body", taken)
+        env = await self.store.get_resource("environment", row.environment_id)
+        remote = env is not None and env.body["config"]["type"] == "self_hosted"
+        entry = await self.resources.build(item, "body", taken, remote=remote)
         body["resources"] = [*body["resources"], entry]
         await self.store.update_session(session_id, body)
         return entry
