@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -298,6 +299,18 @@ def test_coordinator_and_two_threads(threaded: ServerProcess) -> None:
     assert per_thread > 0
     primary = client.beta.sessions.threads.retrieve(threads[0].id, session_id=session_id)
     assert session.usage.input_tokens == per_thread + int(primary.usage.input_tokens or 0)
+    # and so does its list cost (issue 12: cost adds up across threads)
+    thread_costs = [_cost(t.usage) for t in threads[1:]]
+    total = session.usage.list_cost
+    assert total is not None and total.amount == str(int(total.amount))  # whole cents
+    # each figure is rounded to the cent, so the sum of the parts may differ by that rounding
+    parts = _cost(primary.usage) + sum(thread_costs)
+    assert abs(_cost(session.usage) - parts) <= len(threads)
+
+
+def _cost(usage: Any) -> Decimal:
+    cost = getattr(usage, "list_cost", None)
+    return Decimal(cost.amount) if cost is not None else Decimal(0)
 
 
 def test_interrupt_one_thread(threaded: ServerProcess) -> None:

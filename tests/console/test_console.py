@@ -310,7 +310,9 @@ def test_live_timeline_confirm_answer_interrupt(signed_in: Any, stack: Stack) ->
     browser = signed_in
     open_page(browser, stack, f"sessions/{stack.story_session}", "story session")
     wait_for("stream", lambda: text_of(browser, "#live") == "Live")
-    assert "No threads" in wait_for("threads", lambda: text_of(browser, "#threads"))
+    # a single-agent session is one thread, its primary, named after its agent
+    tree = wait_for("threads", lambda: "sthr_" in (t := text_of(browser, "#threads")) and t)
+    assert tree.startswith("triage") and "No threads" not in tree
     assert browser.find_elements("css selector", "#timeline > li") == []
 
     browser.find_element("id", "message").send_keys("story: is ticket 42 fixed?")

@@ -13,6 +13,7 @@ from typing import Any
 
 from corral.errors import BadRequest, NotFound
 from corral.ids import now_rfc3339
+from corral.pricing import money
 from corral.service.common import check_limit
 from corral.service.events import EventService, decode_cursor, encode_cursor
 from corral.service.sessions import SessionService, client_event, render_session
@@ -223,9 +224,15 @@ class ThreadService:
         if not children:
             return session
         usage = dict(session["usage"])
+        parent = await self.sessions.row(str(session["id"]))
+        cost_nanos = int(parent.summary.usage.get(LIST_COST_NANOS, 0))
         for child in children:
+            cost_nanos += int(child.summary.usage.get(LIST_COST_NANOS, 0))
             for key, value in render_session(child)["usage"].items():
-                usage[key] = _add(usage.get(key), value)
+                if key != "list_cost":  # summed unrounded, below
+                    usage[key] = _add(usage.get(key), value)
+        if cost_nanos or "list_cost" in usage:
+            usage["list_cost"] = money(cost_nanos)
         return {**session, "usage": usage}
 
 
@@ -233,8 +240,6 @@ def _add(a: Any, b: Any) -> Any:
     if a is None:
         return b
     if isinstance(a, dict) and isinstance(b, dict):
-        if set(a) == {"amount", "currency"}:  # list_cost
-            return {"amount": a["amount"] + b["amount"], "currency": a["currency"]}
         return {k: _add(a.get(k), b.get(k)) for k in {*a, *b}}
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a + b
