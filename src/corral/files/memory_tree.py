@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from corral.files.beneath import Tree
 from corral.wire.memory_stores import MAX_CONTENT_BYTES, content_problem, path_problem
@@ -163,3 +166,69 @@ def fresh_dir(path: Path, mode: int) -> None:
         shutil.rmtree(path)
     path.mkdir(mode=mode)
     os.chmod(path, mode)
+
+
+# ---- the mount's baseline: what the store held when the mount was last made to match it ----
+
+Baseline = dict[str, tuple[str, str]]
+"""Memory path -> (memory id, content sha256) as last written into the mount."""
+
+
+class StoredMemory(Protocol):
+    """A memory as the store (server side) or the API (a worker) gives it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def content(self) -> str | None: ...
+    @property
+    def content_sha256(self) -> str: ...
+
+
+def materialise(root: Path, memories: Sequence[StoredMemory]) -> Baseline:
+    """Write every memory into a fresh mount; the baseline of what was written."""
+    baseline: Baseline = {}
+    for memory in memories:
+        if write(root, memory.path, memory.content or ""):
+            baseline[memory.path] = (memory.id, memory.content_sha256)
+    return baseline
+
+
+def reconcile(
+    root: Path,
+    memories: Sequence[StoredMemory],
+    local: dict[str, str],
+    baseline: Baseline,
+    keep: set[str],
+) -> Baseline:
+    """Make the mount match the store (after the agent's changes were pushed): files the
+    store holds are (re)written where they differ, files it no longer holds removed, except
+    new local files the store refused (`keep`, retried at the next call)."""
+    fresh: Baseline = {}
+    remote = {m.path for m in memories}
+    for memory in memories:
+        content = memory.content or ""
+        if local.get(memory.path) == content or write(root, memory.path, content):
+            fresh[memory.path] = (memory.id, memory.content_sha256)
+    for path in set(local) | set(baseline):
+        if path not in remote and path not in keep:
+            remove(root, path)
+    return fresh
+
+
+def load_baseline(state: Path) -> Baseline:
+    """The saved baseline; empty when there is none (or it is unreadable)."""
+    try:
+        raw = json.loads(state.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): (str(v[0]), str(v[1])) for k, v in raw.items()}
+
+
+def save_baseline(state: Path, baseline: Baseline) -> None:
+    """Replace the saved baseline atomically."""
+    tmp = state.with_suffix(".tmp")
+    tmp.write_text(json.dumps({k: list(v) for k, v in baseline.items()}))
+    tmp.replace(state)

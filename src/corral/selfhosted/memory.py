@@ -13,7 +13,6 @@ memories are left alone and named once. The directory is then made to match the 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from corral.files import memory_tree
 from corral.hands.base import Mount
 
 log = logging.getLogger("corral.selfhosted")
-Baseline = dict[str, tuple[str, str]]
+Baseline = memory_tree.Baseline
 """Memory path -> (memory id, content sha256) as last synced."""
 
 
@@ -68,8 +67,8 @@ class MemorySync:
             memories = await self._all(place.store_id)
             mode = 0o755 if place.read_only else 0o700
             await anyio.to_thread.run_sync(memory_tree.fresh_dir, place.root, mode)
-            baseline = await anyio.to_thread.run_sync(_materialise, place.root, memories)
-            await anyio.to_thread.run_sync(_save, place.state, baseline)
+            baseline = await anyio.to_thread.run_sync(memory_tree.materialise, place.root, memories)
+            await anyio.to_thread.run_sync(memory_tree.save_baseline, place.state, baseline)
             self._places.append(place)
             mounts.append(
                 Mount(host_path=place.root, sandbox_path=mount_path, read_only=place.read_only)
@@ -96,7 +95,7 @@ class MemorySync:
         return notes
 
     async def _sync_one(self, place: _Place) -> list[str]:
-        baseline: Baseline = await anyio.to_thread.run_sync(_load, place.state)
+        baseline: Baseline = await anyio.to_thread.run_sync(memory_tree.load_baseline, place.state)
         seen = await anyio.to_thread.run_sync(memory_tree.scan, place.root)
         refusals = [
             f"{place.mount_path}{path} was not saved to the memory store: it {why}."
@@ -113,9 +112,9 @@ class MemorySync:
         memories = await self._all(place.store_id)
         keep = {p for p in seen.files if p not in baseline}
         fresh = await anyio.to_thread.run_sync(
-            _reconcile, place.root, memories, seen.files, baseline, keep
+            memory_tree.reconcile, place.root, memories, seen.files, baseline, keep
         )
-        await anyio.to_thread.run_sync(_save, place.state, fresh)
+        await anyio.to_thread.run_sync(memory_tree.save_baseline, place.state, fresh)
         return notes
 
     async def _push(self, place: _Place, path: str, content: str, baseline: Baseline) -> list[str]:
@@ -163,41 +162,3 @@ def _conflict(mount_path: str, path: str) -> str:
         "session last saw it; the store's version wins and is now in the file (your change "
         "was not saved). Read it again before editing."
     )
-
-
-def _materialise(root: Path, memories: list[Any]) -> Baseline:
-    baseline: Baseline = {}
-    for memory in memories:
-        if memory_tree.write(root, memory.path, memory.content or ""):
-            baseline[memory.path] = (memory.id, memory.content_sha256)
-    return baseline
-
-
-def _reconcile(
-    root: Path, memories: list[Any], local: dict[str, str], baseline: Baseline, keep: set[str]
-) -> Baseline:
-    """Make the directory match the store, except new local files it refused (`keep`)."""
-    fresh: Baseline = {}
-    remote = {m.path for m in memories}
-    for memory in memories:
-        content = memory.content or ""
-        if local.get(memory.path) == content or memory_tree.write(root, memory.path, content):
-            fresh[memory.path] = (memory.id, memory.content_sha256)
-    for path in set(local) | set(baseline):
-        if path not in remote and path not in keep:
-            memory_tree.remove(root, path)
-    return fresh
-
-
-def _load(state: Path) -> Baseline:
-    try:
-        raw = json.loads(state.read_text())
-    except (OSError, ValueError):
-        return {}
-    return {str(k): (str(v[0]), str(v[1])) for k, v in raw.items()}
-
-
-def _save(state: Path, baseline: Baseline) -> None:
-    tmp = state.with_suffix(".tmp")
-    tmp.write_text(json.dumps({k: list(v) for k, v in baseline.items()}))
-    tmp.replace(state)

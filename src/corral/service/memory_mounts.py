@@ -18,7 +18,6 @@ previous sync (kept next to it, out of the sandbox's reach, as path -> memory id
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +31,9 @@ from corral.hands.base import Mount
 from corral.ids import new_id
 from corral.service.memory_resources import memory_resources
 from corral.service.memory_stores import MemoryStoreService, sha256_hex
-from corral.store.memory import MemoryRow
 
 log = logging.getLogger("corral.service.memory_mounts")
-Baseline = dict[str, tuple[str, str]]
+Baseline = memory_tree.Baseline
 """Memory path -> (memory id, content sha256) as the mount held it after the last sync."""
 
 
@@ -84,8 +82,8 @@ class MemoryMounts:
                 continue
             mode = 0o755 if place.read_only else 0o700
             await anyio.to_thread.run_sync(memory_tree.fresh_dir, place.root, mode)
-            baseline = await anyio.to_thread.run_sync(_materialise, place.root, memories)
-            await anyio.to_thread.run_sync(_save, place.state, baseline)
+            baseline = await anyio.to_thread.run_sync(memory_tree.materialise, place.root, memories)
+            await anyio.to_thread.run_sync(memory_tree.save_baseline, place.state, baseline)
             mounts.append(
                 Mount(host_path=place.root, sandbox_path=mount_path, read_only=place.read_only)
             )
@@ -111,7 +109,7 @@ class MemoryMounts:
         return notes
 
     async def _sync_one(self, session_id: str, place: _Place, mount_path: str) -> list[str]:
-        baseline: Baseline = await anyio.to_thread.run_sync(_load, place.state)
+        baseline: Baseline = await anyio.to_thread.run_sync(memory_tree.load_baseline, place.state)
         seen = await anyio.to_thread.run_sync(memory_tree.scan, place.root)
         refusals = [
             f"{mount_path}{path} was not saved to the memory store: it {why}."
@@ -134,9 +132,9 @@ class MemoryMounts:
         memories = await self.stores.all_memories(place.store_id)
         keep = {p for p in seen.files if p not in baseline}  # new files the store refused
         fresh = await anyio.to_thread.run_sync(
-            _reconcile, place.root, memories, seen.files, baseline, keep
+            memory_tree.reconcile, place.root, memories, seen.files, baseline, keep
         )
-        await anyio.to_thread.run_sync(_save, place.state, fresh)
+        await anyio.to_thread.run_sync(memory_tree.save_baseline, place.state, fresh)
         return notes
 
     async def _push(
@@ -198,48 +196,3 @@ def _conflict(mount_path: str, path: str) -> str:
         "session last saw it; the store's version wins and is now in the file (your change "
         "was not saved). Read it again before editing."
     )
-
-
-def _materialise(root: Path, memories: list[MemoryRow]) -> Baseline:
-    """Write every memory into the fresh directory `root`; the baseline of what was written."""
-    baseline: Baseline = {}
-    for memory in memories:
-        if memory_tree.write(root, memory.path, memory.content):
-            baseline[memory.path] = (memory.id, memory.content_sha256)
-    return baseline
-
-
-def _reconcile(
-    root: Path,
-    memories: list[MemoryRow],
-    local: dict[str, str],
-    baseline: Baseline,
-    keep: set[str],
-) -> Baseline:
-    """Make the mount match the store (after the agent's changes were pushed): files the
-    store holds are (re)written where they differ, files it no longer holds removed, except
-    new local files the store refused (`keep`, retried at the next call)."""
-    fresh: Baseline = {}
-    remote = {m.path for m in memories}
-    for memory in memories:
-        same = local.get(memory.path) == memory.content
-        if same or memory_tree.write(root, memory.path, memory.content):
-            fresh[memory.path] = (memory.id, memory.content_sha256)
-    for path in set(local) | set(baseline):
-        if path not in remote and path not in keep:
-            memory_tree.remove(root, path)
-    return fresh
-
-
-def _load(state: Path) -> Baseline:
-    try:
-        raw = json.loads(state.read_text())
-    except (OSError, ValueError):
-        return {}
-    return {str(k): (str(v[0]), str(v[1])) for k, v in raw.items()}
-
-
-def _save(state: Path, baseline: Baseline) -> None:
-    tmp = state.with_suffix(".tmp")
-    tmp.write_text(json.dumps({k: list(v) for k, v in baseline.items()}))
-    tmp.replace(state)
