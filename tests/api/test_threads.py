@@ -31,6 +31,10 @@ from tests.fakes.messages_server import (
 from tests.server import ServerProcess, backend_env
 
 BASH = {"type": "agent_toolset_20260401"}
+ASK_BASH = {
+    "type": "agent_toolset_20260401",
+    "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}],
+}
 APPROVE = {
     "type": "custom",
     "name": "approve",
@@ -88,6 +92,12 @@ def coordinator(request: dict[str, Any]) -> Reply:
                 ]
             )
         return Turn([Text("All done")]) if len(replies) >= 2 else Turn([ToolUse(WAIT, {})])
+    if "ASK" in first_user_text(request):  # start the asker, answer with its reply
+        if assistant_turns == 0:
+            return Turn([ToolUse(START, {"agent": "asker", "task": "write c.txt"})])
+        if replies:
+            return Turn([Text("All done: " + replies[0].splitlines()[1])])
+        return Turn([ToolUse(WAIT, {})])
     if "ONE-THREAD" in first_user_text(request):  # start the sleeper, wait for its reply
         if assistant_turns == 0:
             return Turn([ToolUse(START, {"agent": "sleeper", "task": "sleep"})])
@@ -131,6 +141,16 @@ def gamma(request: dict[str, Any]) -> Reply:
     return Turn([ToolUse("bash", {"command": "sleep 1; echo gamma > /workspace/g.txt"})])
 
 
+def asker(request: dict[str, Any]) -> Reply:
+    """Run an always-ask bash call; say what became of it."""
+    last = _last_user(request)
+    result = next((b for b in last if b.get("type") == "tool_result"), None)
+    if result is None:
+        return Turn([ToolUse("bash", {"command": "echo asked | tee /workspace/c.txt"})])
+    text = " ".join(str(c.get("text", "")) for c in result.get("content") or []).strip()
+    return Turn([Text(("asker refused: " if result.get("is_error") else "asker ran: ") + text)])
+
+
 def sleeper(request: dict[str, Any]) -> Reply:
     if _result_texts(request):
         return Turn([Text("slept")])
@@ -144,6 +164,7 @@ SCRIPTS = by_system(
         "ROLE:beta": beta,
         "ROLE:sleeper": sleeper,
         "ROLE:gamma": gamma,
+        "ROLE:asker": asker,
     }
 )
 
@@ -399,3 +420,79 @@ def test_kill_mid_run_resumes_every_thread(threaded: ServerProcess, moment: str)
         statuses = [e.id for e in own if e.type.startswith("session.thread_status_")]
         posted = [e.id for e in log if e.type.startswith("session.thread_status_")]
         assert set(statuses) <= set(posted)
+
+
+@pytest.mark.parametrize("answer", ["allow", "deny"])
+def test_a_child_threads_confirmation_is_answered_on_the_session(
+    threaded: ServerProcess, answer: str
+) -> None:
+    """The child's always-ask call and its requires_action idle reach the session stream;
+    the client confirms by event id alone; the child runs (or is refused), continues and
+    replies to the coordinator."""
+    client = threaded.client()
+    session_id = make_team(client, ("asker", [ASK_BASH]))
+    use = idle = None
+    with client.beta.sessions.events.stream(session_id) as stream:
+        say(client, session_id, "ASK have the asker write a file")
+        for event in stream:
+            if event.type == "agent.tool_use" and getattr(event, "session_thread_id", None):
+                use = event
+            if (
+                event.type == "session.thread_status_idle"
+                and event.stop_reason.type == "requires_action"
+            ):
+                idle = event
+                break
+    assert use is not None and idle is not None
+    assert use.evaluated_permission == "ask" and use.name == "bash"
+    assert idle.session_thread_id == use.session_thread_id
+    assert idle.agent_name == "asker"
+    assert idle.stop_reason.event_ids == [use.id]
+    assert client.beta.sessions.retrieve(session_id).status == "running", "the lead waits"
+
+    confirmation: dict[str, Any] = {
+        "type": "user.tool_confirmation",
+        "tool_use_id": use.id,
+        "result": answer,
+    }
+    if answer == "deny":
+        confirmation["deny_message"] = "not in this workspace"
+    sent = client.beta.sessions.events.send(session_id, events=[confirmation])  # type: ignore[list-item]
+    (echo,) = sent.data
+    assert echo.type == "user.tool_confirmation" and echo.tool_use_id == use.id
+    assert echo.session_thread_id == use.session_thread_id  # routed, not named by the client
+
+    wait_idle(client, session_id, stop="end_turn", timeout=60)
+    with pytest.raises(anthropic.ConflictError) as refused:  # answered: as on a session
+        client.beta.sessions.events.send(session_id, events=[confirmation])  # type: ignore[list-item]
+    assert "already" in refused.value.message and use.id in refused.value.message
+
+    log = events(client, session_id)
+    assert_log_sound([e for e in log if e.type != "user.tool_confirmation"])
+    echoes = [e for e in log if e.type == "user.tool_confirmation"]
+    assert [(e.id, e.session_thread_id) for e in echoes] == [(echo.id, use.session_thread_id)]
+    final = [e.content[0].text for e in log if e.type == "agent.message"]
+    workspace = threaded.data_dir / "sessions" / session_id / "workspace"
+    if answer == "allow":
+        assert final == ["All done: asker ran: asked"]
+        assert (workspace / "c.txt").read_text() == "asked\n"
+    else:
+        assert final == [
+            "All done: asker refused: Permission denied by the user: not in this workspace"
+        ]
+        assert not (workspace / "c.txt").exists()
+
+    child = thread_events(client, session_id, use.session_thread_id)
+    confirmations = [e for e in child if e.type == "user.tool_confirmation"]
+    assert [(e.id, e.result) for e in confirmations] == [(echo.id, answer)]
+    result = next(e for e in child if e.type == "agent.tool_result")
+    assert result.tool_use_id == use.id and result.is_error == (answer == "deny")
+    kinds = [e.type for e in child]
+    assert kinds.count("agent.thread_message_sent") == 1  # one turn, one reply
+    statuses = [
+        e.stop_reason.type if e.type == "session.thread_status_idle" else e.type
+        for e in child
+        if e.type.startswith("session.thread_status_")
+    ]
+    running = "session.thread_status_running"
+    assert statuses == [running, "requires_action", running, "end_turn"]
