@@ -347,6 +347,10 @@ def _add_usage(state: SessionState, model_usage: Mapping[str, int]) -> None:
 
 
 def _set_status(state: SessionState, status: Status) -> None:
+    if state.status == "terminated":
+        # Final: a status a brain appended while its session or thread was being archived
+        # (after the termination, in the log) must not bring it back to work.
+        return
     state.status = status
     state.waiting_on = None
 
