@@ -78,31 +78,20 @@ def _last_user(request: dict[str, Any]) -> list[dict[str, Any]]:
     return list(last["content"]) if isinstance(last["content"], list) else []
 
 
+def _turns(request: dict[str, Any]) -> int:
+    return sum(1 for m in request["messages"] if m["role"] == "assistant")
+
+
 def coordinator(request: dict[str, Any]) -> Reply:
     """Start alpha and beta, wait; on the first reply ask alpha to confirm; answer the user
-    once three replies (alpha, beta, alpha's confirmation) are in."""
+    once three replies (alpha, beta, alpha's confirmation) are in. A keyword in the user's
+    message picks another scenario."""
+    first = first_user_text(request)
+    scenario = next((f for key, f in SCENARIOS.items() if key in first), None)
+    if scenario is not None:
+        return scenario(request)
     results, replies = _result_texts(request), _thread_messages(request)
-    assistant_turns = sum(1 for m in request["messages"] if m["role"] == "assistant")
-    if "KILL" in first_user_text(request):  # start alpha and gamma, answer after both reply
-        if assistant_turns == 0:
-            return Turn(
-                [
-                    ToolUse(START, {"agent": "alpha", "task": "write a.txt"}),
-                    ToolUse(START, {"agent": "gamma", "task": "write g.txt"}),
-                ]
-            )
-        return Turn([Text("All done")]) if len(replies) >= 2 else Turn([ToolUse(WAIT, {})])
-    if "ASK" in first_user_text(request):  # start the asker, answer with its reply
-        if assistant_turns == 0:
-            return Turn([ToolUse(START, {"agent": "asker", "task": "write c.txt"})])
-        if replies:
-            return Turn([Text("All done: " + replies[0].splitlines()[1])])
-        return Turn([ToolUse(WAIT, {})])
-    if "ONE-THREAD" in first_user_text(request):  # start the sleeper, wait for its reply
-        if assistant_turns == 0:
-            return Turn([ToolUse(START, {"agent": "sleeper", "task": "sleep"})])
-        return Turn([Text("All done")]) if replies else Turn([ToolUse(WAIT, {})])
-    if assistant_turns == 0:
+    if _turns(request) == 0:
         return Turn(
             [
                 ToolUse(START, {"agent": "alpha", "task": "write a.txt"}),
@@ -115,6 +104,58 @@ def coordinator(request: dict[str, Any]) -> Reply:
     if len(replies) < 3:
         return Turn([ToolUse(WAIT, {})])
     return Turn([Text("All done: " + " | ".join(sorted(r.splitlines()[1] for r in replies)))])
+
+
+def kill_scenario(request: dict[str, Any]) -> Reply:
+    """Start alpha and gamma, answer after both reply."""
+    if _turns(request) == 0:
+        return Turn(
+            [
+                ToolUse(START, {"agent": "alpha", "task": "write a.txt"}),
+                ToolUse(START, {"agent": "gamma", "task": "write g.txt"}),
+            ]
+        )
+    replies = _thread_messages(request)
+    return Turn([Text("All done")]) if len(replies) >= 2 else Turn([ToolUse(WAIT, {})])
+
+
+def nothing_scenario(request: dict[str, Any]) -> Reply:
+    """Wait with no thread; then start gamma with a wait in the same response; after its
+    reply, wait again (nothing left); then answer."""
+    results, replies = _result_texts(request), _thread_messages(request)
+    nothing = [t for t in results if t.startswith("No thread is working")]
+    if not results:
+        return Turn([ToolUse(WAIT, {})])
+    if len(nothing) == 1 and not replies:
+        return Turn([ToolUse(START, {"agent": "gamma", "task": "write g.txt"}), ToolUse(WAIT, {})])
+    if len(nothing) == 1:
+        return Turn([ToolUse(WAIT, {})])
+    return Turn([Text(f"Nothing left: {len(replies)} reply")])
+
+
+def ask_scenario(request: dict[str, Any]) -> Reply:
+    """Start the asker, answer with its reply."""
+    if _turns(request) == 0:
+        return Turn([ToolUse(START, {"agent": "asker", "task": "write c.txt"})])
+    replies = _thread_messages(request)
+    if replies:
+        return Turn([Text("All done: " + replies[0].splitlines()[1])])
+    return Turn([ToolUse(WAIT, {})])
+
+
+def one_thread_scenario(request: dict[str, Any]) -> Reply:
+    """Start the sleeper, wait for its reply."""
+    if _turns(request) == 0:
+        return Turn([ToolUse(START, {"agent": "sleeper", "task": "sleep"})])
+    return Turn([Text("All done")]) if _thread_messages(request) else Turn([ToolUse(WAIT, {})])
+
+
+SCENARIOS = {
+    "KILL": kill_scenario,
+    "NOTHING": nothing_scenario,
+    "ASK": ask_scenario,
+    "ONE-THREAD": one_thread_scenario,
+}
 
 
 def alpha(request: dict[str, Any]) -> Reply:
@@ -496,3 +537,30 @@ def test_a_child_threads_confirmation_is_answered_on_the_session(
     ]
     running = "session.thread_status_running"
     assert statuses == [running, "requires_action", running, "end_turn"]
+
+
+def test_a_wait_with_no_thread_working_answers_at_once(threaded: ServerProcess) -> None:
+    """The coordinator's first call is a wait with no thread: an error result, not a wait
+    until the user interrupts. A wait after the only thread replied answers the same way."""
+    client = threaded.client()
+    session_id = make_team(client, ("gamma", [BASH]))
+    say(client, session_id, "NOTHING to do yet")
+    wait_idle(client, session_id, stop="end_turn", timeout=60)
+    log = events(client, session_id)
+    assert_log_sound(log)
+    assert [e.content[0].text for e in log if e.type == "agent.message"] == [
+        "Nothing left: 1 reply"
+    ]
+    waits = {e.id for e in log if e.type == "agent.tool_use" and e.name == WAIT}
+    results = [e for e in log if e.type == "agent.tool_result" and e.tool_use_id in waits]
+    assert [(r.is_error, r.content[0].text.split(":")[0]) for r in results] == [
+        (True, "No thread is working, so there is nothing to wait for"),
+        (False, "Thread message(s) arrived; they follow this result."),
+        (True, "No thread is working, so there is nothing to wait for"),
+    ]
+    assert "corral_thread_start" in results[0].content[0].text
+    received = [e for e in log if e.type == "agent.thread_message_received"]
+    assert len(received) == 1
+    # the wait that came with the start blocked until gamma's reply was logged
+    assert log.index(received[0]) < log.index(results[1])
+    assert not any(e.type == "user.interrupt" for e in log)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.brain.state import SessionState, ToolCall
-from corral.brain.threads import Relay, relay_due, wait_blocked
+from corral.brain.threads import Relay, relay_due, threads_working, wait_empty
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,20 +143,22 @@ def _answer(state: SessionState) -> Action:
 
 def _open_call_step(state: SessionState, open_calls: list[ToolCall]) -> Action | None:
     """What the open calls ask for next (None: nothing, go on with the turn)."""
-    waiting = False
+    empty_wait: ToolCall | None = None
     for call in open_calls:
         if call.confirmation == "deny":
             return RefuseTool(call)
-        if wait_blocked(state, call):
-            waiting = True
+        if wait_empty(state, call):  # the response's other calls go first (a start, a send)
+            empty_wait = empty_wait or call
             continue
         if _runnable(call):
             return RunTool(call)
     awaiting = tuple(c.event_id for c in open_calls if c.awaiting_client)
     if awaiting:
         return Halt() if state.waiting_on == awaiting else RequestAction(awaiting)
-    if waiting:
-        return Halt()  # a coordinator waits for its threads: a reply wakes it
+    if empty_wait is not None:
+        # A coordinator waits while a thread can still reply (the reply, or the thread's
+        # progress report, wakes it); with none working the wait answers "nothing to wait for".
+        return Halt() if threads_working(state) else RunTool(empty_wait)
     return None
 
 

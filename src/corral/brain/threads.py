@@ -6,8 +6,9 @@ beyond a session:
 
 - `apply_thread` folds the thread bookkeeping of one event into `SessionState.thread`
   (pure): a child's outbox (status changes and client-facing calls to cross-post to the
-  parent's log, turn closes to answer as thread messages), and a coordinator's newest
-  received thread message (what its wait tool waits for);
+  parent's log, turn closes to answer as thread messages and to report as progress), and a
+  coordinator's newest received thread message and its children's progress (what its wait
+  tool waits for, and whether anything can still come);
 - `relay` (the `Relay` action) delivers a child's outbox to its parent's log, then logs
   `corral.relayed` under the child's fence. Deliveries carry ids derived from the events
   they copy, so a brain that dies between the two steps and re-runs the relay is refused by
@@ -20,6 +21,7 @@ beyond a session:
 from __future__ import annotations
 
 import contextlib
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,7 @@ from corral.wire.events import (
     AgentMcpToolUseEvent,
     AgentMessageEvent,
     AgentThreadMessageReceivedEvent,
+    AgentThreadMessageSentEvent,
     AgentToolUseEvent,
     LogEvent,
     RelayedEvent,
@@ -50,6 +53,7 @@ from corral.wire.events import (
     SessionStatusRescheduledEvent,
     SessionStatusRunningEvent,
     SessionStatusTerminatedEvent,
+    ThreadProgressEvent,
     ThreadRoleEvent,
     UserMessageEvent,
 )
@@ -57,6 +61,11 @@ from corral.wire.events import (
 if TYPE_CHECKING:
     from corral.brain.run import Run
     from corral.brain.state import SessionState, ToolCall
+
+NOTHING_TO_WAIT_FOR = (
+    "No thread is working, so there is nothing to wait for: start one with "
+    f"{START_TOOL} or send a message with {SEND_TOOL}."
+)
 
 _STATUS_SUFFIX = {
     "session.status_running": "running",
@@ -75,6 +84,25 @@ class Outgoing:
     """The event for the parent's log (id derived or copied, so delivery is idempotent)."""
     sent: dict[str, Any] | None = None
     """For a reply: the `agent.thread_message_sent` the child logs once it is delivered."""
+    wake: bool = False
+    """The parent's brain must look at it (a reply, a progress report)."""
+
+
+@dataclass(slots=True)
+class ChildProgress:
+    """What a coordinator's log says of one of its child threads."""
+
+    delivered: int = 0
+    """Messages the coordinator logged sending it (`agent.thread_message_sent`; its task too)."""
+    answered: int = 0
+    """How many of them the thread reported answered or dropped (`corral.thread_progress`)."""
+    final: bool = False
+    """The thread is terminated: it answers nothing more."""
+
+    @property
+    def working(self) -> bool:
+        """A reply from it can still come."""
+        return self.delivered > self.answered and not self.final
 
 
 @dataclass(slots=True)
@@ -91,6 +119,14 @@ class ThreadState:
     """Seq of the newest `agent.thread_message_received` (what a wait call waits for)."""
     in_turn: bool = False
     """A child's turn is open (running since its last close): its close is a reply."""
+    inputs: list[int] = field(default_factory=list)
+    """Seqs of the thread messages a child received (its task, the coordinator's sends)."""
+    children: dict[str, ChildProgress] = field(default_factory=dict)
+    """A coordinator's child threads by id."""
+
+    def child(self, thread_id: str) -> ChildProgress:
+        """The progress of child `thread_id` (created at its first mention)."""
+        return self.children.setdefault(thread_id, ChildProgress())
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,14 +146,23 @@ def apply_thread(state: SessionState, seq: int, event: LogEvent) -> None:
         case AgentThreadMessageReceivedEvent():
             ts.last_received_seq = seq
             state.last_input_seq = seq
+        case AgentThreadMessageSentEvent() if ts.role is None:  # a coordinator's start or send
+            ts.child(event.to_session_thread_id).delivered += 1
+        case ThreadProgressEvent():
+            progress = ts.child(event.thread_id)
+            progress.answered = max(progress.answered, event.answered)
+            progress.final = progress.final or event.final
         case _:
             pass
     if ts.role is not None:
-        _child_outgoing(ts, ts.role, seq, event)
+        _child_outgoing(state, ts.role, seq, event)
 
 
-def _child_outgoing(ts: ThreadState, role: ThreadRoleEvent, seq: int, event: LogEvent) -> None:
+def _child_outgoing(state: SessionState, role: ThreadRoleEvent, seq: int, event: LogEvent) -> None:
+    ts = state.thread
     match event:
+        case AgentThreadMessageReceivedEvent():
+            ts.inputs.append(seq)
         case AgentMessageEvent():
             ts.turn_reply = [b for b in event.content if b.get("type") == "text"] or None
         case (
@@ -140,8 +185,8 @@ def _child_outgoing(ts: ThreadState, role: ThreadRoleEvent, seq: int, event: Log
                 isinstance(event, SessionStatusIdleEvent)
                 and event.stop_reason.type != "requires_action"
             )
-            if closes and ts.in_turn:  # a close with no turn open (an idle thread
-                ts.outbox.append(_reply(ts, role, seq, event))  # interrupted) answers nothing
+            if closes:
+                _close(state, role, seq, event)
             ts.in_turn = isinstance(event, SessionStatusRunningEvent) or (ts.in_turn and not closes)
         case AgentCustomToolUseEvent():
             ts.outbox.append(Outgoing(seq, _crosspost(event, role)))
@@ -149,6 +194,28 @@ def _child_outgoing(ts: ThreadState, role: ThreadRoleEvent, seq: int, event: Log
             ts.outbox.append(Outgoing(seq, _crosspost(event, role)))
         case _:
             pass
+
+
+def _close(state: SessionState, role: ThreadRoleEvent, seq: int, close: LogEvent) -> None:
+    """A turn close owes the coordinator its reply (when a turn was open: an idle thread
+    interrupted answers nothing), then its progress. The progress goes after the reply, so a
+    coordinator that reads it all answered already has every reply it will get."""
+    ts = state.thread
+    if ts.in_turn:
+        ts.outbox.append(_reply(ts, role, seq, close))
+    final = isinstance(close, SessionStatusTerminatedEvent)
+    # Messages the model's last request saw were answered, those before an interrupt or a
+    # failure dropped (both move last_answer_seq); a later one starts another turn.
+    answered = len(ts.inputs) if final else bisect_right(ts.inputs, state.last_answer_seq)
+    progress = ev.event(
+        "corral.thread_progress",
+        id=derived_event_id(close.id, "progress"),
+        thread_id=role.thread_id,
+        answered=answered,
+        final=final,
+    )
+    del progress["processed_at"]  # stamped when delivered, so a re-fold owes the same
+    ts.outbox.append(Outgoing(seq, progress, wake=True))
 
 
 def _reply(ts: ThreadState, role: ThreadRoleEvent, seq: int, close: LogEvent) -> Outgoing:
@@ -173,7 +240,7 @@ def _reply(ts: ThreadState, role: ThreadRoleEvent, seq: int, close: LogEvent) ->
     )
     for body in (received, sent):  # stamped when delivered, so a re-fold owes the same
         del body["processed_at"]
-    return Outgoing(seq, received, sent)
+    return Outgoing(seq, received, sent, wake=True)
 
 
 def _crosspost(event: LogEvent, role: ThreadRoleEvent) -> dict[str, Any]:
@@ -187,14 +254,21 @@ def relay_due(state: SessionState) -> Relay | None:
     return Relay() if state.thread.outbox else None
 
 
-def wait_blocked(state: SessionState, call: ToolCall) -> bool:
+def wait_empty(state: SessionState, call: ToolCall) -> bool:
     """A wait call while no thread message is logged that the model has not seen (one that
-    arrived while the model was answering counts as unseen): nothing to run yet."""
+    arrived while the model was answering counts as unseen): it has nothing to return yet."""
     return (
         call.kind == "builtin"
         and call.name == WAIT_TOOL
         and state.thread.last_received_seq <= state.last_answer_seq
     )
+
+
+def threads_working(state: SessionState) -> bool:
+    """Whether a child thread of this coordinator can still reply: one has not answered
+    every message it was sent (its task included) and is not terminated. A thread reports
+    its progress after its reply, so a reply in flight keeps it working until it lands."""
+    return any(c.working for c in state.thread.children.values())
 
 
 def is_thread_tool(call: ToolCall) -> bool:
@@ -282,7 +356,8 @@ def tool_definitions(agent: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "name": WAIT_TOOL,
             "description": "Wait until a child thread replies (each thread replies with its "
-            "last message whenever it finishes a turn). Replies arrive as thread messages.",
+            "last message whenever it finishes a turn). Replies arrive as thread messages. "
+            "Returns an error at once when no thread is working.",
             "input_schema": {"type": "object", "properties": {}},
         },
     ]
@@ -300,6 +375,8 @@ async def run_thread_tool(run: Run, call: ToolCall, running: list[dict[str, Any]
         extra, text, error = await _start(run, call)
     elif call.name == SEND_TOOL:
         extra, text, error = await _send(run, call)
+    elif wait_empty(run.state, call):  # decide runs an empty wait only when none works
+        extra, text, error = [], NOTHING_TO_WAIT_FOR, True
     else:
         extra, text, error = [], "Thread message(s) arrived; they follow this result.", False
     result = ev.tool_result(call.event_id, ev.text_content(text), is_error=error)
@@ -408,7 +485,7 @@ async def relay(run: Run) -> None:
     parent = ts.role.parent_session_id
     sent: list[dict[str, Any]] = []
     for item in list(ts.outbox):
-        await deliver(run, parent, item.body, wake=item.sent is not None)
+        await deliver(run, parent, item.body, wake=item.wake)
         if item.sent is not None:
             sent.append(item.sent)
     await run.append(*sent, ev.event("corral.relayed", seq=ts.outbox[-1].seq))

@@ -558,6 +558,18 @@ class RelayedEvent(Logged):
     seq: int
 
 
+class ThreadProgressEvent(Logged):
+    """`corral.thread_progress` (internal, on a parent's log): relayed after each turn close
+    of child thread `thread_id` (after its reply): how many of the messages it received
+    (its task included) it has answered or dropped, and whether it is terminated (`final`:
+    it answers nothing more). A coordinator's wait reads from it whether a reply can come."""
+
+    type: Literal["corral.thread_progress"]
+    thread_id: str
+    answered: int
+    final: bool = False
+
+
 LogEvent = Annotated[
     UserMessageEvent
     | UserInterruptEvent
@@ -598,7 +610,8 @@ LogEvent = Annotated[
     | AgentThreadMessageSentEvent
     | AgentThreadMessageReceivedEvent
     | ThreadRoleEvent
-    | RelayedEvent,
+    | RelayedEvent
+    | ThreadProgressEvent,
     Field(discriminator="type"),
 ]
 """Every event a session log can hold, discriminated on `type`."""
@@ -644,6 +657,7 @@ LogEventType = Literal[
     "agent.thread_message_received",
     "corral.thread_role",
     "corral.relayed",
+    "corral.thread_progress",
 ]
 """The `type` tags of `LogEvent`, for code that builds event bodies."""
 
@@ -658,6 +672,7 @@ INTERNAL_EVENT_TYPES = frozenset(
         "corral.context_summary",
         "corral.thread_role",
         "corral.relayed",
+        "corral.thread_progress",
     }
 )
 """Brain bookkeeping kept in the log but never shown to clients (events.list, SSE): client
