@@ -162,7 +162,8 @@ def demo(
     model: Annotated[str, typer.Option(help="Model for the agent.")] = "corral-scripted",
     data_dir: DataDir = None,
 ) -> None:
-    """Play the incident-triage story against an embedded server."""
+    """Play the incident-triage story, then its multi-agent follow-up with a memory store,
+    against an embedded server."""
     from corral.demo.embedded import run_embedded_demo
 
     settings = _settings(data_dir=data_dir)

@@ -96,10 +96,10 @@ def open_store(settings: Settings) -> Store:
 
 
 def _scripted_model() -> ModelClient:
-    from corral.demo.story import incident_story
+    from corral.demo.story import demo_story
     from corral.models.scripted import ScriptedModel
 
-    return ScriptedModel(story=incident_story)
+    return ScriptedModel(story=demo_story)
 
 
 @asynccontextmanager

@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from corral.demo.result import DemoResult
+from corral.demo.result import DemoResult, TeamResult
 
 _WIDTH = 110
 
@@ -40,15 +40,17 @@ class EventPrinter:
         """`scripted` labels the run as played by the deterministic demo model."""
         self.console = console
         self.scripted = scripted
+        self._threads: dict[str, str] = {}
+        """Thread id -> agent name, learned from `session.thread_created` events."""
         self._handlers: dict[str, Callable[[Any], RenderableType]] = {
-            "user.message": lambda e: f"[bold cyan]👤 user[/]     {_clip(_blocks_text(e.content))}",
+            "user.message": lambda e: (
+                f"[bold cyan]👤 user[/]     {_clip(_blocks_text(e.content), 100)}"
+            ),
             "agent.message": self._agent_message,
             "agent.thinking": lambda e: "[dim]💭 thinking[/]",
             "agent.tool_use": lambda e: f"[yellow]🔧 {e.name}[/] {_compact(e.input)}",
             "agent.tool_result": lambda e: self._result(e.content, e.is_error),
-            "agent.custom_tool_use": lambda e: (
-                f"[magenta]🧩 {e.name}[/] {_compact(e.input)} [dim](custom tool, answered here)[/]"
-            ),
+            "agent.custom_tool_use": self._custom_tool_use,
             "user.custom_tool_result": lambda e: self._result(e.content, e.is_error),
             "session.status_running": lambda e: "[blue]▶  running[/]",
             "session.status_idle": self._idle,
@@ -57,6 +59,19 @@ class EventPrinter:
             "session.error": self._error,
             "span.model_request_start": lambda e: "[dim]·  model request …[/]",
             "span.model_request_end": self._span_end,
+            "session.thread_created": self._thread_created,
+            "agent.thread_message_sent": lambda e: (
+                f"[magenta]📨 to {escape(e.to_agent_name or e.to_session_thread_id)}[/] "
+                f"{_clip(_blocks_text(e.content), 90)}"
+            ),
+            "agent.thread_message_received": self._thread_reply,
+            "session.thread_status_running": lambda e: f"[dim]🧵 {escape(e.agent_name)} running[/]",
+            "session.thread_status_idle": lambda e: (
+                f"[dim]🧵 {escape(e.agent_name)} idle ({escape(e.stop_reason.type)})[/]"
+            ),
+            "session.thread_status_terminated": lambda e: (
+                f"[red]🧵 {escape(e.agent_name)} terminated[/]"
+            ),
         }
 
     def header(self, model: str, base_url: str) -> None:
@@ -67,7 +82,27 @@ class EventPrinter:
             else "live model"
         )
         body = f"server {escape(base_url)}\nmodel  {escape(model)} ({kind})"
-        self.console.print(Panel(body, title="Corral incident demo", expand=False))
+        self.console.print(Panel(body, title="Corral demo, act 1: incident triage", expand=False))
+
+    def act(self, title: str, body: str) -> None:
+        """Announce a part of the demo (its agents, what it shows)."""
+        kind = "scripted demo model" if self.scripted else "live model"
+        self.console.print(Panel(escape(body), title=f"{escape(title)} ({kind})", expand=False))
+
+    def thread_work(self, agent: str, thread_id: str, events: list[Any]) -> None:
+        """What a child thread did, from its own log: its messages, tool calls and results
+        (its calls to the client's custom tools were shown live, cross-posted)."""
+        self.console.print(f"[magenta]🧵 {escape(agent)}'s thread[/] [dim]{thread_id}, its log:[/]")
+        shown = {"agent.message", "agent.tool_use", "agent.tool_result"}
+        work = [e for e in events if e.type in shown]
+        if work and work[-1].type == "agent.message":
+            work.pop()  # the reply, printed next as the coordinator receives it
+        for event in work:
+            if event.type == "agent.message":
+                line = f"[green]💬[/] {_clip(_blocks_text(event.content), 100)}"
+            else:
+                line = str(self._handlers[event.type](event))
+            self.console.print(f"[magenta]   │[/] {line}", soft_wrap=False)
 
     def show(self, event: Any) -> None:
         """Print one event on one line (agent messages may wrap)."""
@@ -85,6 +120,28 @@ class EventPrinter:
         grid.add_column(width=10, no_wrap=True)
         grid.add_column()
         grid.add_row("[bold green]🤖 agent[/]", Text(_blocks_text(event.content).strip()))
+        return grid
+
+    def _custom_tool_use(self, event: Any) -> str:
+        thread = getattr(event, "session_thread_id", None)
+        whose = f"{self._threads.get(thread, thread)}'s " if thread else ""
+        return (
+            f"[magenta]🧩 {event.name}[/] {_compact(event.input)} "
+            f"[dim]({escape(whose)}custom tool, answered here)[/]"
+        )
+
+    def _thread_created(self, event: Any) -> str:
+        self._threads[event.session_thread_id] = event.agent_name
+        name, thread = escape(event.agent_name), event.session_thread_id
+        return f"[bold magenta]🧵 thread[/] {name} started [dim]({thread})[/]"
+
+    def _thread_reply(self, event: Any) -> RenderableType:
+        sender = event.from_agent_name or "coordinator"
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(width=10, no_wrap=True)
+        grid.add_column()
+        text = Text(f"{sender}: " + _blocks_text(event.content).strip())
+        grid.add_row("[bold magenta]📬 reply[/]", text)
         return grid
 
     def _result(self, content: Any, is_error: bool | None) -> str:
@@ -128,4 +185,37 @@ def print_summary(console: Console, result: DemoResult, *, culprits: dict[str, s
     table.add_row("cart", "[green]✓ called a symptom[/]" if symptom else "[red]✗ not explained[/]")
     verdict = "[bold green]solved[/]" if result.solved else "[bold red]not solved[/]"
     title = "Summary" + (" (scripted demo model)" if result.scripted else "")
+    console.print(Panel(table, title=f"{title}: {verdict}", expand=False))
+
+
+def _check(ok: bool, yes: str, no: str) -> str:
+    return f"[green]✓ {escape(yes)}[/]" if ok else f"[red]✗ {escape(no)}[/]"
+
+
+def print_team_summary(console: Console, result: TeamResult, *, scripted: bool) -> None:
+    """The second act: threads, replies, what was saved to memory and whether it was read."""
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_row("coordinator", result.session_id)
+    for thread_id, agent, status in result.threads:
+        table.add_row("thread", f"{thread_id} {escape(agent)} ({escape(status)})")
+    children = len(result.threads) - 1
+    table.add_row(
+        "replies",
+        _check(
+            result.replies >= 2, f"{result.replies} thread replies", f"{result.replies} replies"
+        ),
+    )
+    saved = ", ".join(result.saved)
+    table.add_row(
+        "memory", _check(bool(result.saved), f"saved {saved} (by the session)", "nothing saved")
+    )
+    table.add_row("follow-up", result.followup_id)
+    table.add_row(
+        "read back",
+        _check(result.read_back, "the new session read the lessons", "lessons not read"),
+    )
+    verdict = "[bold green]done[/]" if result.ok else "[bold red]incomplete[/]"
+    title = f"Act 2 summary, {children} child threads" + (
+        " (scripted demo model)" if scripted else ""
+    )
     console.print(Panel(table, title=f"{title}: {verdict}", expand=False))

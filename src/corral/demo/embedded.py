@@ -75,8 +75,12 @@ class EmbeddedServer:
 
 
 def run_embedded_demo(settings: Settings, *, model: str) -> int:
-    """Play the incident demo; 0 when the agent found both causing deploys."""
+    """Play both acts; 0 when the triage found both causing deploys and the follow-up's
+    lessons were saved to memory by its session and read back by a later one."""
+    import anthropic
+
     from corral.demo.runner import run_demo
+    from corral.demo.team_runner import run_team_act
 
     console = Console(highlight=False)
     key = "crl_demo_" + secrets.token_urlsafe(16)
@@ -92,6 +96,7 @@ def run_embedded_demo(settings: Settings, *, model: str) -> int:
         )
         server = EmbeddedServer(demo_settings).start()
         try:
+            client = anthropic.Anthropic(base_url=server.url, api_key=key)
             result = run_demo(
                 server.url,
                 key,
@@ -99,8 +104,10 @@ def run_embedded_demo(settings: Settings, *, model: str) -> int:
                 console,
                 data_dir=data_dir / "demo-data",
                 attach_files=True,
+                client=client,
                 outputs_dir=Path("corral-demo-outputs"),
             )
+            team = run_team_act(client, model, console, first=result, data=data_dir / "demo-data")
         finally:
             server.stop()
-    return 0 if result.solved else 1
+    return 0 if result.solved and team.ok else 1

@@ -115,7 +115,7 @@ def diagnose(facts: Facts) -> list[Finding]:
     for inc in facts.incidents:
         deploy = _suspect(inc, facts.deploys)
         if deploy is not None:
-            kind, cause = _read_diff(facts.diffs.get(deploy["commit"]))
+            kind, cause = read_diff(facts.diffs.get(deploy["commit"]))
             evidence = _deploy_evidence(facts.metrics.get(inc["service"]))
             found[inc["id"]] = Finding(
                 incident=inc,
@@ -131,7 +131,8 @@ def diagnose(facts: Facts) -> list[Finding]:
     return [found[i["id"]] for i in facts.incidents]
 
 
-def _read_diff(diff: str | None) -> tuple[Literal["cache", "n+1", "other", "unread"], str]:
+def read_diff(diff: str | None) -> tuple[Literal["cache", "n+1", "other", "unread"], str]:
+    """What kind of change a diff is (a removed cache, an N+1 query, other) and why it hurts."""
     if diff is None:
         return "unread", "I could not read its diff, so this rests on timing and metrics"
     lines = diff.splitlines()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +58,7 @@ _RECONNECTS = 5
 
 
 @dataclass(slots=True)
-class _Loop:
+class Loop:
     """Where the conversation stands; rebuilt only from events, so replays are harmless."""
 
     seen: set[str] = field(default_factory=set)
@@ -67,6 +67,7 @@ class _Loop:
     final_text: str = ""
     started: bool = False
     stop_reason: str | None = None
+    before: Callable[[Any], None] | None = None
 
 
 def run_demo(
@@ -101,7 +102,7 @@ def run_demo(
         printer = EventPrinter(console, scripted=model.startswith("corral-scripted"))
         printer.header(model, base_url)
         session_id = _create_session(client, model, data, attach_files=attach_files)
-        state = _play(client, session_id, data, printer)
+        state = play(client, session_id, data, printer, USER_PROMPT)
     usage = client.beta.sessions.retrieve(session_id).usage
     if outputs_dir is not None:
         download_outputs(client, session_id, outputs_dir, console)
@@ -155,7 +156,7 @@ def _create_session(
         name="corral-demo", config={"type": "cloud", "networking": {"type": "unrestricted"}}
     )
     tools: list[Tool] = [{"type": "agent_toolset_20260401"}]
-    tools += [_custom_tool(definition) for definition in tool_definitions()]
+    tools += [custom_tool(definition) for definition in tool_definitions()]
     skills: list[BetaManagedAgentsCustomSkillParams] = []
     resources: list[BetaManagedAgentsFileResourceParams] = []
     if attach_files:
@@ -172,7 +173,7 @@ def _create_session(
     return session.id
 
 
-def _custom_tool(definition: dict[str, Any]) -> BetaManagedAgentsCustomToolParams:
+def custom_tool(definition: dict[str, Any]) -> BetaManagedAgentsCustomToolParams:
     schema = cast(BetaManagedAgentsCustomToolInputSchemaParam, definition["input_schema"])
     return {
         "type": "custom",
@@ -188,15 +189,30 @@ def _upload_skill(client: anthropic.Anthropic, data: Path) -> str:
     return client.beta.skills.create(files=[entry], display_name="Incident triage runbook").id
 
 
-def _play(client: anthropic.Anthropic, session_id: str, data: Path, printer: EventPrinter) -> _Loop:
-    """Open the stream first, then send the prompt; reconnect (and catch up) if it drops."""
-    state = _Loop()
+Hook = Callable[[Any], None]
+"""Called with each new event before it is printed."""
+
+
+def play(
+    client: anthropic.Anthropic,
+    session_id: str,
+    data: Path,
+    printer: EventPrinter,
+    prompt: str,
+    *,
+    before: Hook | None = None,
+) -> Loop:
+    """Open the stream first, then send the prompt; reconnect (and catch up) if it drops.
+
+    Custom tool calls (also a child thread's, cross-posted to the session) are answered from
+    `data`; returns when the session's own turn ends."""
+    state = Loop(before=before)
     for attempt in range(_RECONNECTS + 1):
         with client.beta.sessions.events.stream(session_id) as stream:
             if attempt == 0:
                 message: BetaManagedAgentsUserMessageEventParams = {
                     "type": "user.message",
-                    "content": [{"type": "text", "text": USER_PROMPT}],
+                    "content": [{"type": "text", "text": prompt}],
                 }
                 client.beta.sessions.events.send(session_id, events=[message])
             else:
@@ -217,7 +233,7 @@ def _step(
     session_id: str,
     data: Path,
     printer: EventPrinter,
-    state: _Loop,
+    state: Loop,
     event: Any,
 ) -> bool:
     """Handle one event (once, however often it is replayed); True when the turn is over.
@@ -227,6 +243,8 @@ def _step(
     if event.id in state.seen:
         return False
     state.seen.add(event.id)
+    if state.before is not None:
+        state.before(event)
     printer.show(event)
     if isinstance(
         event, BetaManagedAgentsUserMessageEvent | BetaManagedAgentsSessionStatusRunningEvent
@@ -253,7 +271,7 @@ def _answer(
     client: anthropic.Anthropic,
     session_id: str,
     data: Path,
-    state: _Loop,
+    state: Loop,
     event: BetaManagedAgentsAgentCustomToolUseEvent,
 ) -> None:
     if event.id in state.answered:

@@ -19,6 +19,7 @@ from corral.demo.evidence import (
     hhmm,
     short_time,
 )
+from corral.demo.team_story import team_story
 from corral.models.scripted import LABEL, Move, Turn
 
 RUNBOOK_PATH = "/mnt/skills/incident-triage-runbook/SKILL.md"
@@ -29,7 +30,13 @@ _INCIDENT_WORDS = re.compile(
 )
 _POOL = "connection pool exhausted"
 
-__all__ = ["incident_story", "is_incident_story", "next_move"]
+__all__ = ["demo_story", "incident_story", "is_incident_story", "next_move"]
+
+
+def demo_story(turn: Turn) -> Move | None:
+    """Both acts of the demo: the second act's agents first (one of them has the demo's
+    custom tools and an incident-sounding task, so the incident story would claim it)."""
+    return team_story(turn) or incident_story(turn)
 
 
 def incident_story(turn: Turn) -> Move | None:

@@ -40,6 +40,10 @@ class Turn:
     last: tuple[Call, ...]
     """The calls of the latest assistant message (their errors are mentioned next)."""
     tools: frozenset[str]
+    system: str = ""
+    """The request's system prompt (a story may play several agents, told apart by it)."""
+    inputs: tuple[str, ...] = ()
+    """Text that arrived after the prompt, in order (e.g. replies from other threads)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,8 +116,11 @@ def read_turn(request: ModelRequest) -> Turn:
                 results[str(block.get("tool_use_id"))] = (text, bool(block.get("is_error")))
     calls: list[Call] = []
     last: list[Call] = []
-    for message in messages[start:]:
+    inputs: list[str] = []
+    after = start + 1 if messages and _is_prompt(messages[start]) else start
+    for message in messages[after:]:
         if message.get("role") != "assistant":
+            inputs += [str(b.get("text", "")) for b in _blocks(message) if b.get("type") == "text"]
             continue
         group = [
             _call(block, results) for block in _blocks(message) if block.get("type") == "tool_use"
@@ -122,7 +129,14 @@ def read_turn(request: ModelRequest) -> Turn:
         last = group or last
     prompt = _text(messages[start].get("content")) if messages else ""
     tools = frozenset(str(t.get("name")) for t in request.tools)
-    return Turn(prompt=prompt, calls=tuple(calls), last=tuple(last), tools=tools)
+    return Turn(
+        prompt=prompt,
+        calls=tuple(calls),
+        last=tuple(last),
+        tools=tools,
+        system=request.system or "",
+        inputs=tuple(inputs),
+    )
 
 
 def tool_use_id(request: ModelRequest, index: int) -> str:
