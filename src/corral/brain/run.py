@@ -210,7 +210,7 @@ class Run:
         """
         if self.state.format_seq == 0:
             bodies = (ev.log_format(), *bodies)
-        last, close_before = self.state.last_seq, self.state.last_close_seq
+        last = self.state.last_seq
         started = time.perf_counter()
         with anyio.CancelScope(shield=True):
             stored = await self.deps.store.append(
@@ -228,7 +228,7 @@ class Run:
         self._apply(stored)
         closed = self.telemetry.appended(self.state, stored, seconds)
         if closed is not None:
-            await self.telemetry.turn_closed(self.deps.store, close_before, closed)
+            self.telemetry.turn_closed(self.state, closed)
         return stored
 
     def messages(self) -> list[dict[str, Any]]:
