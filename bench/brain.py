@@ -4,8 +4,10 @@ loopback only):
 1. per-step cost vs log length: `events.send` -> `span.model_request_start` on a session whose
    log holds ~100 events and on one holding ~10,000, interleaved trial by trial;
 2. server CPU per text-only turn (utime + stime of the server process over N turns, divided by
-   N) on SQLite and, with --admin-url reachable, on PostgreSQL, plus a cProfile of the SQLite
-   server saying where the time goes;
+   N, split into its event-loop thread and the rest: SQLite's writer and readers) on SQLite
+   and, with --admin-url reachable, on PostgreSQL; then a cProfile of each server's event loop
+   over N/2 more turns (enabled only for them, so neither start-up nor the profiler's own cost
+   is in the CPU figures) saying where the time goes;
 3. sustained load: `--sessions` active sessions sending at a steady rate set to half the
    capacity measured in a short burst; Corral's overhead over the fake's first-token delay.
 
@@ -21,9 +23,12 @@ import contextlib
 import os
 import pstats
 import random
+import signal
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import _util
 from _cluster import DEFAULT_ADMIN_URL, fresh_database
@@ -163,22 +168,49 @@ async def step_cost(server: ServerProcess, args: argparse.Namespace) -> None:
 # ---- 2. CPU per text-only turn ------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """utime + stime of a process (all its threads, live or gone), or of one of its threads."""
+    stat = Path(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def turns_cpu(server: ServerProcess, turns: int) -> float:
+@dataclass(frozen=True)
+class TurnCpu:
+    """Server CPU seconds per turn: the whole process and its event-loop (main) thread."""
+
+    total: float
+    loop: float
+
+    def describe(self) -> str:
+        return (
+            f"{self.total * 1000:.1f} ms (event loop {self.loop * 1000:.1f}, "
+            f"other threads {(self.total - self.loop) * 1000:.1f})"
+        )
+
+
+async def turns_cpu(server: ServerProcess, turns: int, profile: Path | None = None) -> TurnCpu:
+    """CPU per turn over `turns` turns; then, when `profile` is given, `turns // 2` more
+    turns under the server's profiler, dumped to `profile`."""
     watched = await new_sessions(server.port, 10)
+    assert server.proc is not None
+    pid = server.proc.pid
     with followed(watched):
         await asyncio.gather(*(w.connected.wait() for w in watched))
         for w in watched:  # warm-up
             await w.turn()
-        assert server.proc is not None
-        before = cpu_seconds(server.proc.pid)
+        total, loop = cpu_seconds(pid), cpu_seconds(pid, pid)
         for i in range(turns):
             await watched[i % len(watched)].turn()
-        return (cpu_seconds(server.proc.pid) - before) / turns
+        cpu = TurnCpu((cpu_seconds(pid) - total) / turns, (cpu_seconds(pid, pid) - loop) / turns)
+        if profile is not None:
+            os.kill(pid, signal.SIGUSR1)
+            await asyncio.sleep(0.2)
+            for i in range(turns // 2):
+                await watched[i % len(watched)].turn()
+            os.kill(pid, signal.SIGUSR2)
+            await asyncio.to_thread(_wait_for_file, profile)
+        return cpu
 
 
 # ---- 3. sustained load --------------------------------------------------------------------
@@ -225,20 +257,27 @@ async def sustained(server: ServerProcess, args: argparse.Namespace) -> None:
 # ---- driver -----------------------------------------------------------------------------
 
 
+def _wait_for_file(path: Path, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 PROFILED_SERVER = """
 import cProfile, signal, sys
 profile = cProfile.Profile()
+def start(*_):
+    profile.enable()
 def stop(*_):
     profile.disable()
     profile.dump_stats({path!r})
-    raise SystemExit(0)
-# uvicorn restores this handler after its graceful shutdown and re-raises SIGTERM into it
-signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGUSR1, start)
+signal.signal(signal.SIGUSR2, stop)
 sys.argv = ["corral", *sys.argv[3:]]  # drop the "-m corral" that follows -c
 from corral.cli import main
-profile.enable()
 main()
 """
+"""A server whose event loop is profiled between SIGUSR1 and SIGUSR2 (idle otherwise)."""
 
 
 def start_server(
@@ -250,10 +289,27 @@ def start_server(
     return server.start()
 
 
-def print_profile(path: Path, top: int = 18) -> None:
-    print(f"\nprofile of the SQLite server during the CPU run (top {top} by own time):")
+def print_profile(path: Path, name: str, turns: int, top: int = 20) -> None:
+    """Where the event loop's time went, its idle waits left out (cProfile's clock is wall
+    time: a syscall that waits for a core, e.g. a loopback send waking its reader, counts)."""
+    if not path.exists():
+        print(f"\n(no profile of the {name} server)")
+        return
     stats = pstats.Stats(str(path))
+    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    idle = [k for k in table if k[2] == "<method 'poll' of 'select.epoll' objects>"]
+    for key in idle:
+        del table[key]
+    busy = sum(row[2] for row in table.values())
+    print(
+        f"\nprofile of the {name} server's event loop over {turns} turns "
+        f"({busy / turns * 1000:.1f} ms/turn under the profiler, epoll waits left out; "
+        f"top {top} by own time):"
+    )
+    stats.total_tt = busy  # type: ignore[attr-defined]
     stats.sort_stats("tottime").print_stats(top)
+    print(f"{name}: Corral's own functions by cumulative time (coroutines: while running)")
+    stats.sort_stats("cumulative").print_stats(r"/corral/", top // 2)
 
 
 async def main() -> None:
@@ -262,29 +318,28 @@ async def main() -> None:
     folder = _util.disk_tempdir("brain-")
     try:
         with fake_model(args.delay, "ok", folder) as fake_url:
-            profile = folder / "server.prof"
-            server = start_server(folder / "sqlite", fake_url, {}, profile)
+            profiles = {"SQLite": folder / "sqlite.prof", "PostgreSQL": folder / "pg.prof"}
+            server = start_server(folder / "sqlite", fake_url, {}, profiles["SQLite"])
             try:
                 await step_cost(server, args)
-                sqlite_cpu = await turns_cpu(server, args.turns)
+                cpu = {"SQLite": await turns_cpu(server, args.turns, profiles["SQLite"])}
             finally:
                 server.stop()
-            pg_cpu = None
             if not args.skip_postgres:
                 with fresh_database(args.admin_url, "corral_bench_brain") as url:
-                    pg = start_server(folder / "pg", fake_url, {"CORRAL_DATABASE_URL": url})
+                    env = {"CORRAL_DATABASE_URL": url}
+                    pg = start_server(folder / "pg", fake_url, env, profiles["PostgreSQL"])
                     try:
-                        pg_cpu = await turns_cpu(pg, args.turns)
+                        cpu["PostgreSQL"] = await turns_cpu(pg, args.turns, profiles["PostgreSQL"])
                     finally:
                         pg.stop()
             print("\n2. server CPU per text-only turn")
-            ok = _util.verdict(sqlite_cpu <= 0.005)
-            print(f"SQLite: {sqlite_cpu * 1000:.1f} ms (goal <= 5: {ok})")
-            if pg_cpu is not None:
-                ok = _util.verdict(pg_cpu <= 0.010)
-                print(f"PostgreSQL: {pg_cpu * 1000:.1f} ms (goal <= 10: {ok})")
-            if profile.exists():
-                print_profile(profile)
+            goals = {"SQLite": 0.005, "PostgreSQL": 0.010}
+            for name, used in cpu.items():
+                ok = _util.verdict(used.total <= goals[name])
+                print(f"{name}: {used.describe()} (goal <= {goals[name] * 1000:.0f}: {ok})")
+            for name in cpu:
+                print_profile(profiles[name], name, args.turns // 2)
             server = start_server(folder / "sustained", fake_url, {})
             try:
                 await sustained(server, args)

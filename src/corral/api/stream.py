@@ -161,24 +161,18 @@ class StreamRouter:
             if not signals:
                 await _write(send, _PING)
                 continue
+            # What one wake-up brings goes out as one write: one send (and syscall) per
+            # batch of signals rather than per event, in the same order.
+            out: list[bytes] = []
             for signal in signals:
                 if isinstance(signal, SessionGone):
-                    await _write(
-                        send,
-                        frame(
-                            "session.deleted",
-                            {
-                                "id": new_id("sevt"),
-                                "type": "session.deleted",
-                                "processed_at": now_rfc3339(),
-                            },
-                        ),
-                    )
+                    out.append(_deleted_frame())
+                    await _write(send, b"".join(out))
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                     return
                 if isinstance(signal, Preview):
                     if _wanted(signal.body, deltas):
-                        await _write(send, frame(signal.body["type"], signal.body))
+                        out.append(frame(signal.body["type"], signal.body))
                 elif isinstance(signal, NewEvents) and signal.last_seq > position:
                     events = signal.events
                     if not events or events[0].seq != position + 1:
@@ -192,7 +186,14 @@ class StreamRouter:
                             if event.type not in INTERNAL_EVENT_TYPES and (
                                 view is not primary_view or primary_own(event.body)
                             ):
-                                await _write(send, self.frames.get(event, view))
+                                out.append(self.frames.get(event, view))
+            if out:
+                await _write(send, out[0] if len(out) == 1 else b"".join(out))
+
+
+def _deleted_frame() -> bytes:
+    body = {"id": new_id("sevt"), "type": "session.deleted", "processed_at": now_rfc3339()}
+    return frame("session.deleted", body)
 
 
 async def _write(send: Send, body: bytes) -> None:

@@ -31,6 +31,7 @@ async def drive(deps: BrainDeps, fence: Fence) -> bool:
     try:
         return await _drive(run, deps, fence)
     finally:
+        run.close()
         run.telemetry.finish()
 
 

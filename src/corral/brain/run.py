@@ -27,7 +27,15 @@ from corral.brain.window import estimate_tokens, result_cap
 from corral.context_window import ContextPolicy
 from corral.models.base import ModelClient
 from corral.pricing import Price
-from corral.session.log import EventQuery, Fence, NewEvents, StoredEvent, Subscription
+from corral.session.log import (
+    EventQuery,
+    Fence,
+    NewEvents,
+    Preview,
+    Signal,
+    StoredEvent,
+    Subscription,
+)
 from corral.store.base import SessionRow, Store
 from corral.store.work_base import WorkItems
 from corral.tools.web_search import WebSearch
@@ -157,6 +165,12 @@ class Run:
         model = (self.agent.get("model") or {}).get("id")
         self.telemetry = RunTelemetry(fence.session_id, str(model or "unknown"))
         self.context_policy = self._configure_context()
+        self._follow = deps.store.subscribe(fence.session_id)
+        """Opened before the first read: from then on it hears of every append to the log
+        made in this process (with its events) or elsewhere (a bare signal)."""
+        self._heard: list[Signal] = []
+        """Signals taken from `_follow` and not yet applied."""
+        self._read = False
 
     @property
     def agent(self) -> dict[str, Any]:
@@ -191,8 +205,24 @@ class Run:
         """What this run has folded so far (for the memo)."""
         return Folded(state=self.state, transcript=self.transcript)
 
+    def close(self) -> None:
+        """The run is over: stop following the log."""
+        self._follow.close()
+
     async def refresh(self) -> SessionState:
-        """Apply the events appended since the last read; the whole log on a cold start."""
+        """Apply the events appended since the last read; the whole log on a cold start.
+
+        After the first read, the run's subscription says what was appended since: when
+        every signal carries its events and they continue the state (the common case: our
+        own appends, a client's in this process), they are applied without a read. A bare
+        signal (another process appended), a gap or a deleted session costs a read.
+        """
+        heard = self._hear()
+        self._heard = []
+        if self._read and (new := _carried(heard, self.state.last_seq)) is not None:
+            self._apply(new)
+            return self.state
+        self._read = True
         while True:
             page = await self.deps.store.read(
                 self.fence.session_id,
@@ -210,7 +240,7 @@ class Run:
         """
         if self.state.format_seq == 0:
             bodies = (ev.log_format(), *bodies)
-        last, close_before = self.state.last_seq, self.state.last_close_seq
+        last = self.state.last_seq
         started = time.perf_counter()
         with anyio.CancelScope(shield=True):
             stored = await self.deps.store.append(
@@ -228,8 +258,12 @@ class Run:
         self._apply(stored)
         closed = self.telemetry.appended(self.state, stored, seconds)
         if closed is not None:
-            await self.telemetry.turn_closed(self.deps.store, close_before, closed)
+            self.telemetry.turn_closed(self.state, closed)
         return stored
+
+    def _hear(self) -> list[Signal]:
+        self._heard.extend(self._follow.drain())
+        return self._heard
 
     def messages(self) -> list[dict[str, Any]]:
         """The model's messages for the log as applied so far."""
@@ -266,8 +300,8 @@ class Run:
 
         async def watch(scope: anyio.CancelScope) -> None:
             nonlocal interrupted
-            # An interrupt appended before we subscribed sent its signal to nobody: look once.
-            if not await self._interrupt_in_log(after):
+            # An interrupt appended before we subscribed signalled only the run's follower.
+            if not await self._interrupt_heard(after):
                 while not await self._interrupt_signalled(sub, after):
                     pass
             interrupted = True
@@ -305,8 +339,34 @@ class Run:
             return any(e.type == "user.interrupt" and e.seq > after for s in new for e in s.events)
         return await self._interrupt_in_log(after)
 
+    async def _interrupt_heard(self, after: int) -> bool:
+        """Whether the signals heard since the last refresh (or, when they do not carry
+        their events, the log) hold an interrupt after seq `after`."""
+        new = _carried(self._hear(), after)
+        if new is None:
+            return await self._interrupt_in_log(after)
+        return any(e.type == "user.interrupt" for e in new)
+
     async def _interrupt_in_log(self, after: int) -> bool:
         found = await self.deps.store.read(
             self.fence.session_id, EventQuery(after_seq=after, types=["user.interrupt"])
         )
         return bool(found)
+
+
+def _carried(signals: list[Signal], after: int) -> list[StoredEvent] | None:
+    """The events after seq `after` that `signals` carry, when that is all of them: the
+    local appends' signals continue `after` without a gap, and any bare signal (another
+    process's append, or PostgreSQL's echo of ours) names no seq past them. None when a read
+    is needed."""
+    new: list[StoredEvent] = []
+    named = after
+    for signal in signals:
+        if isinstance(signal, NewEvents):
+            new.extend(e for e in signal.events if e.seq > after)
+            named = max(named, signal.last_seq)
+        elif not isinstance(signal, Preview):
+            return None  # the session is gone: let the read say what is left
+    if any(e.seq != after + i for i, e in enumerate(new, 1)):
+        return None
+    return new if named <= after + len(new) else None

@@ -74,14 +74,15 @@ class Scheduler:
                     await self._slot_freed.wait()
                     continue
                 fences = await self._claim(free)
-                if not fences:
-                    await self.deps.store.wait_for_work(self.poll_seconds)
-                    continue
                 for fence in fences:
                     if fence.takeover:
                         LEASE_TAKEOVERS.inc()
                     self._busy += 1
                     tg.start_soon(self._drive, fence)
+                if len(fences) < free:
+                    # Nothing else was due: no second claim just to hear so. A wake since
+                    # this claim began ends the wait at once.
+                    await self.deps.store.wait_for_work(self.poll_seconds)
 
     async def _tend_sandboxes(self) -> None:
         pool = self.deps.sandboxes

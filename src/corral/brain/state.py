@@ -101,6 +101,19 @@ class ToolCall:
 
 
 @dataclass(slots=True)
+class TurnTally:
+    """What the log says of one turn, for its log line and metrics (`brain/telemetry.py`):
+    folded here so that closing a turn costs no read of the log."""
+
+    started_at: str | None = None
+    """`processed_at` of the turn's first event (any event after the previous close)."""
+    model_requests: int = 0
+    """Its `span.model_request_end`s."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """Their `model_usage`, summed."""
+
+
+@dataclass(slots=True)
 class SessionState:
     """What the brain needs to decide its next step."""
 
@@ -146,6 +159,10 @@ class SessionState:
     """The estimated size of the next model request (compaction; `brain.window`)."""
     thread: ThreadState = field(default_factory=ThreadState)
     """Multi-agent bookkeeping (`brain/threads.py`)."""
+    turn: TurnTally | None = None
+    """The turn under way (None: nothing logged since the last close)."""
+    closed_turn: TurnTally = field(default_factory=TurnTally)
+    """The last closed turn."""
 
     @property
     def over_budget(self) -> bool:
@@ -189,6 +206,7 @@ def fold(events: Iterable[tuple[int, Mapping[str, Any] | LogEvent]]) -> SessionS
 def apply(state: SessionState, seq: int, event: LogEvent) -> SessionState:
     """Fold one event (the next in the log, at `seq`) into `state`, in place; returns it."""
     state.last_seq = seq
+    _tally(state, event)
     if event.session_thread_id is not None:
         return state  # a cross-post or echo: it belongs to another thread's log
     state.context.apply(event)
@@ -196,6 +214,17 @@ def apply(state: SessionState, seq: int, event: LogEvent) -> SessionState:
         _apply_turn_event(state, seq, event)
     apply_thread(state, seq, event)
     return state
+
+
+def _tally(state: SessionState, event: LogEvent) -> None:
+    """Count every event of the log, cross-posts too (as telemetry always has)."""
+    turn = state.turn
+    if turn is None:
+        turn = state.turn = TurnTally(started_at=event.processed_at)
+    if isinstance(event, SpanModelRequestEndEvent):
+        turn.model_requests += 1
+        for key, count in event.model_usage.items():
+            turn.usage[key] = turn.usage.get(key, 0) + int(count)
 
 
 def _apply_call_event(state: SessionState, seq: int, event: LogEvent) -> bool:
@@ -358,6 +387,7 @@ def _set_status(state: SessionState, status: Status) -> None:
 def _close_turn(state: SessionState, seq: int) -> None:
     """A closed turn abandons its open calls and resets its retry count."""
     state.last_close_seq = seq
+    state.closed_turn, state.turn = state.turn or TurnTally(), None
     state.model_retries = 0
     state.turn_starts.clear()
     for call in state.open.values():

@@ -29,8 +29,7 @@ from corral.observability.metrics import (
     TURNS,
 )
 from corral.observability.tracing import SESSION_ID, mark_error, span, tracer
-from corral.session.log import EventQuery, StoredEvent
-from corral.store.base import Store
+from corral.session.log import StoredEvent
 
 log = logging.getLogger("corral.turn")
 USAGE_KINDS = {
@@ -134,30 +133,16 @@ class RunTelemetry:
         if outcome != "ok":
             mark_error(trace.get_current_span(), f"tool call {outcome}")
 
-    async def turn_closed(self, store: Store, since: int, stop_reason: str) -> None:
-        """Metrics, span end and the log line of a turn closed by this brain. The turn is
-        read back from the log (events after the previous close at `since`), so a turn that
-        moved between brains is reported whole."""
-        try:
-            first = await store.read(
-                self.session_id, EventQuery(after_seq=since, limit=1, internal=True)
-            )
-            ends = await store.read(
-                self.session_id,
-                EventQuery(after_seq=since, types=["span.model_request_end"], internal=True),
-            )
-        except Exception:
-            log.exception("reading the closed turn of %s", self.session_id)
-            first, ends = [], []
+    def turn_closed(self, state: SessionState, stop_reason: str) -> None:
+        """Metrics, span end and the log line of a turn closed by this brain. The turn comes
+        from the folded log (`state.closed_turn`), so a turn that moved between brains is
+        reported whole."""
+        turn = state.closed_turn
         seconds = 0.0
-        if first:
-            started = parse_rfc3339(str(first[0].body["processed_at"]))
+        if turn.started_at is not None:
+            started = parse_rfc3339(turn.started_at)
             seconds = max((utc_now() - started).total_seconds(), 0.0)
-        tokens = dict.fromkeys(USAGE_KINDS, 0)
-        for end in ends:
-            usage = end.body.get("model_usage") or {}
-            for key in tokens:
-                tokens[key] += int(usage.get(key) or 0)
+        tokens = {key: int(turn.usage.get(key) or 0) for key in USAGE_KINDS}
         TURNS.labels(stop_reason).inc()
         TURN_DURATION.observe(seconds)
         log.info(
@@ -169,7 +154,7 @@ class RunTelemetry:
                 stop_reason=stop_reason,
                 duration_ms=round(seconds * 1000, 1),
                 model=self.model,
-                model_requests=len(ends),
+                model_requests=turn.model_requests,
                 **tokens,
             ),
         )

@@ -20,11 +20,11 @@ from corral.service.sessions import SessionService, client_event
 from corral.session.log import EventQuery
 from corral.session.projection import Call, CallBook
 from corral.session.threads import primary_thread_id
-from corral.store.base import Store
+from corral.store.base import SessionRow, Store
 from corral.wire.events import SendEvents
 
-Router = Callable[[str, list[dict[str, Any]]], Awaitable[dict[str, Any] | None]]
-"""(session id, client events) -> the response when they went to child threads, else None."""
+Router = Callable[[SessionRow, list[dict[str, Any]]], Awaitable[dict[str, Any] | None]]
+"""(session row, client events) -> the response when they went to child threads, else None."""
 
 _WAKES = frozenset(
     {
@@ -122,14 +122,14 @@ class EventService:
         for index, item in enumerate(req.events):
             body = item.model_dump(exclude_none=True)
             if body["type"] == "user.tool_result" and remote is None:
-                remote = await self._self_hosted(row.environment_id)
+                remote = await self.sessions.self_hosted(row.environment_id)
             _refuse_unsupported(index, body, remote=bool(remote))
             bodies.append(client_event(body))
         primary = primary_thread_id(session_id)
         for body in bodies:
             if body["type"] == "user.interrupt" and body.get("session_thread_id") == primary:
                 del body["session_thread_id"]  # the session's own log is its primary thread
-        if self.router is not None and (routed := await self.router(session_id, bodies)):
+        if self.router is not None and (routed := await self.router(row, bodies)):
             return routed
         for index, body in enumerate(bodies):
             if body.get("session_thread_id") is not None:
@@ -152,12 +152,6 @@ class EventService:
         stored = await self.store.append_checked(session_id, bodies, _check, wake=wake)
         APPEND_LATENCY.labels("api").observe(time.perf_counter() - started)
         return [s.body for s in stored]
-
-    async def _self_hosted(self, environment_id: str) -> bool:
-        """Whether built-in tools of the environment's sessions run on a self-hosted worker
-        (an environment's type cannot change)."""
-        env = await self.store.get_resource("environment", environment_id)
-        return env is not None and env.body["config"]["type"] == "self_hosted"
 
     async def list(
         self,

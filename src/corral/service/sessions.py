@@ -27,6 +27,8 @@ from corral.wire.sessions import (
     SessionUpdate,
 )
 
+_KNOWN_ENVIRONMENTS = 4096
+"""Cloud environment ids remembered by `SessionService.self_hosted` (forgotten all at once)."""
 _SNAPSHOT_KEYS = (
     "id",
     "version",
@@ -73,6 +75,9 @@ class SessionService:
         self._work = work
         self._work_ttl = work_ttl_seconds
         self._prices = prices
+        self._not_self_hosted: set[str] = set()
+        """Environments known not to be self_hosted: a type never changes and ids are never
+        reused, so the answer stands (deleted or not, such a session queues no work)."""
 
     async def create(self, req: SessionCreate) -> dict[str, Any]:
         """A new idle session; `initial_events` are appended and wake the brain."""
@@ -141,9 +146,23 @@ class SessionService:
         the brain waits on a built-in call; `ensure_work` keeps it to one live item)."""
         if self._work is None:
             return
-        env = await self.store.get_resource("environment", row.environment_id)
-        if env is not None and env.body["config"]["type"] == "self_hosted":
+        if await self.self_hosted(row.environment_id):
             await self._work.ensure_work(row.environment_id, row.id, self._work_ttl)
+
+    async def self_hosted(self, environment_id: str) -> bool:
+        """Whether the environment exists and is self_hosted (its built-in tools run on a
+        worker); a cloud environment is remembered, so its sessions' turns read no row."""
+        if environment_id in self._not_self_hosted:
+            return False
+        env = await self.store.get_resource("environment", environment_id)
+        if env is None:
+            return False
+        if env.body["config"]["type"] == "self_hosted":
+            return True
+        if len(self._not_self_hosted) >= _KNOWN_ENVIRONMENTS:
+            self._not_self_hosted.clear()
+        self._not_self_hosted.add(environment_id)
+        return False
 
     def _checked_budget(self, agent: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
         """A budget as stored, for a session running `agent`; 400s say why not."""

@@ -92,14 +92,14 @@ class ThreadService:
         )
         return sorted(rows, key=lambda r: (r.created_at, r.id))
 
-    async def send(self, session_id: str, events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    async def send(self, row: SessionRow, events: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Route a POST's events when any of them belongs to a child thread; None when all
         go to the session's own log (the caller appends them as before).
 
         A POST whose events go to different threads is refused: each log's append is atomic,
         but not several logs' together.
         """
-        row = await self.sessions.row(session_id)
+        session_id = row.id
         if not (row.body.get("agent") or {}).get("multiagent"):
             return None
         children = await self.children(session_id)

@@ -33,8 +33,13 @@ class HubSubscription:
         if not self._pending:
             with anyio.move_on_after(timeout):
                 await self._ready.wait()
+        return self.drain()
+
+    def drain(self) -> list[Signal]:
+        """Signals since the last call, without waiting."""
         signals, self._pending = self._pending, []
-        self._ready = anyio.Event()
+        if signals:
+            self._ready = anyio.Event()
         return signals
 
     def close(self) -> None:

@@ -102,6 +102,10 @@ class Subscription(Protocol):
         """Signals since the last call; `[]` after `timeout` seconds of silence."""
         ...
 
+    def drain(self) -> list[Signal]:
+        """Signals since the last call, without waiting (`[]` when none came)."""
+        ...
+
     def close(self) -> None:
         """Stop following; idempotent."""
         ...

@@ -43,7 +43,8 @@ class WorkQueue(Protocol):
         ...
 
     async def wait_for_work(self, timeout: float) -> None:
-        """Return early when a wake may have made work claimable, else after `timeout`."""
+        """Return early when a wake may have made work claimable (at once when one came
+        since the last claim began), else after `timeout`."""
         ...
 
     async def queue_status(self) -> QueueStatus:

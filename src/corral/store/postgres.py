@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -19,7 +20,15 @@ from psycopg_pool import AsyncConnectionPool
 
 from corral.errors import Conflict, NotFound
 from corral.session.hub import Hub, HubSubscription
-from corral.session.log import EventQuery, Fence, NewEvents, Preview, SessionGone, StoredEvent
+from corral.session.log import (
+    EventQuery,
+    Fence,
+    NewEvents,
+    Preview,
+    SessionGone,
+    Signal,
+    StoredEvent,
+)
 from corral.session.projection import CallBook
 from corral.session.queue import QueueStatus
 from corral.store import postgres_calls
@@ -43,8 +52,17 @@ class PostgresStore(PostgresMemories):
         self._pool_size = pool_size
         self._pool: AsyncConnectionPool[q.Conn] | None = None
         self._work_ready = anyio.Event()
+        self._appending: dict[str, int] = {}
+        """Session id -> this process's appends to it not yet published."""
+        self._held: dict[str, int] = {}
+        """Session id -> the highest seq a NOTIFY named while such an append was in flight."""
         self.listener = Listener(
-            url, origin=self.origin, hub=self.hub, on_work=self._signal_work, resync=self._resync
+            url,
+            origin=self.origin,
+            hub=self.hub,
+            on_work=self._signal_work,
+            resync=self._resync,
+            on_events=self._notified,
         )
 
     async def open(self) -> None:
@@ -104,9 +122,10 @@ class PostgresStore(PostgresMemories):
         """Append atomically after checking the fence; see `EventLog.append`."""
         bodies = [dict(e) for e in events]
         check = self._fencing
-        async with self.pool.connection() as conn, conn.transaction():
-            stored = await q.append_events(conn, session_id, bodies, fence, wake, check=check)
-        return self._appended(session_id, stored, wake)
+        with self._appending_to(session_id):
+            async with self.pool.connection() as conn, conn.transaction():
+                stored = await q.append_events(conn, session_id, bodies, fence, wake, check=check)
+            return self._appended(session_id, stored, wake)
 
     async def append_checked(
         self,
@@ -118,9 +137,33 @@ class PostgresStore(PostgresMemories):
     ) -> list[StoredEvent]:
         """Validate and append under the session row's lock; see `Store.append_checked`."""
         bodies = [dict(e) for e in events]
-        async with self.pool.connection() as conn, conn.transaction():
-            stored = await q.append_events(conn, session_id, bodies, None, wake, validate=check)
-        return self._appended(session_id, stored, wake)
+        with self._appending_to(session_id):
+            async with self.pool.connection() as conn, conn.transaction():
+                stored = await q.append_events(conn, session_id, bodies, None, wake, validate=check)
+            return self._appended(session_id, stored, wake)
+
+    @contextmanager
+    def _appending_to(self, session_id: str) -> Iterator[None]:
+        """Around a local append: the NOTIFY of its commit can reach the listener before the
+        append publishes its events here, and followers would read the log for what the
+        append is about to hand them. Log notifications for the session are held until it
+        has published (or failed), then passed on when they name anything beyond it."""
+        self._appending[session_id] = self._appending.get(session_id, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._appending.pop(session_id) - 1
+            if left:
+                self._appending[session_id] = left
+            elif (held := self._held.pop(session_id, None)) is not None:
+                self.hub.publish(session_id, NewEvents(last_seq=held))
+
+    def _notified(self, session_id: str, signal: Signal) -> None:
+        """The listener heard of an append to (or the deletion of) a log."""
+        if isinstance(signal, NewEvents) and session_id in self._appending:
+            self._held[session_id] = max(self._held.get(session_id, 0), signal.last_seq)
+            return
+        self.hub.publish(session_id, signal)
 
     def _appended(
         self, session_id: str, stored: list[StoredEvent], wake: bool
@@ -200,6 +243,7 @@ class PostgresStore(PostgresMemories):
 
     async def claim_many(self, owner: str, lease_seconds: float, limit: int) -> list[Fence]:
         """Take up to `limit` due sessions in one statement."""
+        self._claiming()
         async with self.pool.connection() as conn:
             return await q.claim(conn, owner, lease_seconds, limit)
 
@@ -250,8 +294,15 @@ class PostgresStore(PostgresMemories):
         )
 
     def _signal_work(self) -> None:
-        self._work_ready.set()
-        self._work_ready = anyio.Event()
+        self._work_ready.set()  # stays set until the next claim begins (see `_claiming`)
+
+    def _claiming(self) -> None:
+        """A claim begins: it sees every wake signalled so far, so `wait_for_work` waits for
+        later ones only; a wake from here on makes it return at once, even if it was not
+        yet waiting (a scheduler that claimed fewer sessions than it had room for waits
+        instead of claiming again)."""
+        if self._work_ready.is_set():
+            self._work_ready = anyio.Event()
 
     # ---- resources ---------------------------------------------------------------------
 

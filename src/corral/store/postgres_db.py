@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from corral.session.hub import Hub
-from corral.session.log import NewEvents, Preview, SessionGone
+from corral.session.log import NewEvents, Preview, SessionGone, Signal
 from corral.store.postgres_sql import (
     EVENTS_CHANNEL,
     GONE,
@@ -124,10 +124,13 @@ class Listener:
         hub: Hub,
         on_work: Callable[[], None],
         resync: Callable[[list[str]], Awaitable[None]],
+        on_events: Callable[[str, Signal], None] | None = None,
     ) -> None:
         self._conninfo = conninfo
         self._origin = origin
         self._hub = hub
+        self._on_events = on_events if on_events is not None else hub.publish
+        """Where a log's notifications go (the store may hold back its own appends' echoes)."""
         self._on_work = on_work
         self._resync = resync
         self._task: asyncio.Task[None] | None = None
@@ -199,7 +202,7 @@ class Listener:
             if channel == EVENTS_CHANNEL:
                 session_id, _, tail = payload.rpartition(":")
                 signal = SessionGone() if tail == GONE else NewEvents(last_seq=int(tail))
-                self._hub.publish(session_id, signal)
+                self._on_events(session_id, signal)
             elif channel == PREVIEWS_CHANNEL:
                 data = json.loads(payload)
                 if data["o"] != self._origin:  # our own previews went to the hub directly

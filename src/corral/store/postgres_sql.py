@@ -30,6 +30,8 @@ GONE = "gone"
 NOW_TEXT = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The database clock in the wire's RFC 3339 form, so every process stamps with one clock."""
 
+_ROWS = 1000
+"""Events per INSERT statement (8 parameters each, well under PostgreSQL's 65535)."""
 SESSION_COLUMNS = (
     "id, created_at, updated_at, archived_at, environment_id, agent_id, agent_version, "
     "status, body, usage, stats, parent_id"
@@ -100,9 +102,13 @@ async def append_events(
     if stored:
         await _insert_events(conn, stored, now, fence)
     await postgres_calls.save_calls(conn, book)
+    if wake:
+        await mark_pending(conn, session_id, 0.0)
+    # Followers hear of the events (at COMMIT) from the row update itself: one statement less.
+    told = " RETURNING pg_notify(%s, %s)" if stored else ""
     await conn.execute(
         "UPDATE sessions SET last_seq = %s, status = %s, usage = %s, stats = %s, "
-        "updated_at = %s, interrupt_pending = %s WHERE id = %s",
+        f"updated_at = %s, interrupt_pending = %s WHERE id = %s{told}",
         (
             seq,
             summary.status,
@@ -111,12 +117,9 @@ async def append_events(
             now,
             book.interrupt_pending,
             session_id,
+            *((EVENTS_CHANNEL, f"{session_id}:{seq}") if stored else ()),
         ),
     )
-    if wake:
-        await mark_pending(conn, session_id, 0.0)
-    if stored:
-        await notify(conn, EVENTS_CHANNEL, f"{session_id}:{seq}")
     return stored
 
 
@@ -124,14 +127,18 @@ async def _insert_events(
     conn: Conn, stored: list[StoredEvent], now: str, fence: Fence | None
 ) -> None:
     owner, token = (fence.owner, fence.token) if fence is not None else (None, None)
+    # One statement per _ROWS events (an executemany costs a pipeline round per call).
     try:
-        async with conn.cursor() as cur:
-            await cur.executemany(
+        for start in range(0, len(stored), _ROWS):
+            chunk = stored[start : start + _ROWS]
+            await conn.execute(
                 "INSERT INTO events (session_id, seq, id, type, created_at, body, writer_owner, "
-                "writer_token) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                "writer_token) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk)),
                 [
-                    (e.session_id, e.seq, e.id, e.type, now, Json(e.body), owner, token)
-                    for e in stored
+                    arg
+                    for e in chunk
+                    for arg in (e.session_id, e.seq, e.id, e.type, now, Json(e.body), owner, token)
                 ],
             )
     except errors.UniqueViolation as exc:
@@ -194,10 +201,9 @@ async def mark_pending(conn: Conn, session_id: str, delay: float) -> None:
         "VALUES (%s, TRUE, clock_timestamp() + make_interval(secs => %s)) "
         "ON CONFLICT (session_id) DO UPDATE SET pending = TRUE, due_at = CASE "
         "WHEN session_work.pending THEN least(session_work.due_at, excluded.due_at) "
-        "ELSE excluded.due_at END",
-        (session_id, float(delay)),
+        "ELSE excluded.due_at END RETURNING pg_notify(%s, %s)",
+        (session_id, float(delay), WORK_CHANNEL, session_id),
     )
-    await notify(conn, WORK_CHANNEL, session_id)
 
 
 async def claim(conn: Conn, owner: str, lease_seconds: float, limit: int = 1) -> list[Fence]:

@@ -164,6 +164,7 @@ class SqliteStore(SqliteMemories):
 
     async def claim_many(self, owner: str, lease_seconds: float, limit: int) -> list[Fence]:
         """Take up to `limit` due sessions in one transaction."""
+        self._claiming()
         return await self.db.write(lambda c: _claim(c, owner, lease_seconds, limit))
 
     async def heartbeat(self, fence: Fence, lease_seconds: float) -> bool:
@@ -225,8 +226,15 @@ class SqliteStore(SqliteMemories):
         return await self.db.read(run)
 
     def _signal_work(self) -> None:
-        self._work_ready.set()
-        self._work_ready = anyio.Event()
+        self._work_ready.set()  # stays set until the next claim begins (see `_claiming`)
+
+    def _claiming(self) -> None:
+        """A claim begins: it sees every wake signalled so far, so `wait_for_work` waits for
+        later ones only; a wake from here on makes it return at once, even if it was not
+        yet waiting (a scheduler that claimed fewer sessions than it had room for waits
+        instead of claiming again)."""
+        if self._work_ready.is_set():
+            self._work_ready = anyio.Event()
 
     # ---- resources ---------------------------------------------------------------------
 
