@@ -2,8 +2,11 @@
 sqlite3 loop on the same schema and PRAGMAs, measured side by side in one run.
 
 The bare loops are what a minimal store must do per event, no more: INSERT the event (the
-store's own schema, built by its migrations, so every index is there) and UPDATE the session's
-`last_seq`, in one transaction per commit, on a connection opened like the store's writer.
+store's own schema, built by its migrations, so every index is there; the body as the same
+compact JSON the store writes, so both fsync the same bytes) and UPDATE the session's
+`last_seq` and `updated_at` (API-visible: every append moves it), in one transaction per commit,
+on a connection opened like the store's writer. They keep no projection: the store's other
+session columns (status, usage, stats) and its tool-call rows do not change for these events.
 The concurrent bare loop commits every `--sessions` events round-robin over `--sessions`
 sessions: the best a group commit can do when each session has one append in flight.
 
@@ -68,7 +71,8 @@ def event_bodies(count: int, size: int) -> list[dict[str, Any]]:
 _BARE_INSERT = (
     "INSERT INTO events (session_id, seq, id, type, created_at, body) VALUES (?,?,?,?,?,?)"
 )
-_BARE_BUMP = "UPDATE sessions SET last_seq = ? WHERE id = ?"
+_BARE_BUMP = "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE id = ?"
+_bare_encode = json.JSONEncoder(separators=(",", ":")).encode  # the store's stored form
 
 
 def _bare_db(path: Path, sessions: int) -> list[str]:
@@ -101,8 +105,9 @@ def bare_loop(path: Path, total: int, batch: int, size: int, sessions: int = 1) 
             body = bodies[n]
             body["processed_at"] = now  # the store stamps every event it logs
             key, seq = ids[n % sessions], n // sessions + 1
-            conn.execute(_BARE_INSERT, (key, seq, body["id"], body["type"], now, json.dumps(body)))
-            conn.execute(_BARE_BUMP, (seq, key))
+            text = _bare_encode(body)
+            conn.execute(_BARE_INSERT, (key, seq, body["id"], body["type"], now, text))
+            conn.execute(_BARE_BUMP, (seq, now, key))
         conn.execute("COMMIT")
         commits += 1
     elapsed = time.perf_counter() - start
