@@ -2,8 +2,11 @@
 sqlite3 loop on the same schema and PRAGMAs, measured side by side in one run.
 
 The bare loops are what a minimal store must do per event, no more: INSERT the event (the
-store's own schema, built by its migrations, so every index is there) and UPDATE the session's
-`last_seq`, in one transaction per commit, on a connection opened like the store's writer.
+store's own schema, built by its migrations, so every index is there; the body as the same
+compact JSON the store writes, so both fsync the same bytes) and UPDATE the session's
+`last_seq` and `updated_at` (API-visible: every append moves it), in one transaction per commit,
+on a connection opened like the store's writer. They keep no projection: the store's other
+session columns (status, usage, stats) and its tool-call rows do not change for these events.
 The concurrent bare loop commits every `--sessions` events round-robin over `--sessions`
 sessions: the best a group commit can do when each session has one append in flight.
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +32,7 @@ import anyio
 from corral.ids import new_id, now_rfc3339
 from corral.store.base import SessionRow
 from corral.store.sqlite import SqliteStore
-from corral.store.sqlite_db import connect, schema_version
+from corral.store.sqlite_db import SqliteDatabase, connect, schema_version
 
 GOAL_SEQUENTIAL = 5_000.0
 GOAL_CONCURRENT = 50_000.0
@@ -68,7 +72,8 @@ def event_bodies(count: int, size: int) -> list[dict[str, Any]]:
 _BARE_INSERT = (
     "INSERT INTO events (session_id, seq, id, type, created_at, body) VALUES (?,?,?,?,?,?)"
 )
-_BARE_BUMP = "UPDATE sessions SET last_seq = ? WHERE id = ?"
+_BARE_BUMP = "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE id = ?"
+_bare_encode = json.JSONEncoder(separators=(",", ":")).encode  # the store's stored form
 
 
 def _bare_db(path: Path, sessions: int) -> list[str]:
@@ -101,8 +106,9 @@ def bare_loop(path: Path, total: int, batch: int, size: int, sessions: int = 1) 
             body = bodies[n]
             body["processed_at"] = now  # the store stamps every event it logs
             key, seq = ids[n % sessions], n // sessions + 1
-            conn.execute(_BARE_INSERT, (key, seq, body["id"], body["type"], now, json.dumps(body)))
-            conn.execute(_BARE_BUMP, (seq, key))
+            text = _bare_encode(body)
+            conn.execute(_BARE_INSERT, (key, seq, body["id"], body["type"], now, text))
+            conn.execute(_BARE_BUMP, (seq, now, key))
         conn.execute("COMMIT")
         commits += 1
     elapsed = time.perf_counter() - start
@@ -111,6 +117,46 @@ def bare_loop(path: Path, total: int, batch: int, size: int, sessions: int = 1) 
     return Result(
         name=f"bare sqlite3, {batch} event(s)/commit{spread}",
         events=total,
+        seconds=elapsed,
+        commits=commits,
+    )
+
+
+async def hopped_loop(path: Path, sessions: int, per_session: int, size: int) -> Result:
+    """The bare loop's statements for each event, run as one `SqliteDatabase.write` each from
+    `sessions` tasks (as `store_sequential` / `store_concurrent` call `append`): the store's
+    writer thread, hand-over and group commit without the store's own logic. Not a goal: it
+    splits the gap to the bare loop into what the async plumbing costs and what the store adds."""
+    ids = _bare_db(path, sessions)
+    db = SqliteDatabase(path)
+    db.open()
+    bodies = event_bodies(sessions * per_session, size)
+
+    def op(key: str, seq: int, body: dict[str, Any]) -> Callable[[sqlite3.Connection], None]:
+        def run(conn: sqlite3.Connection) -> None:
+            now = now_rfc3339()  # per event, not per transaction: slightly more than bare
+            body["processed_at"] = now
+            text = _bare_encode(body)
+            conn.execute(_BARE_INSERT, (key, seq, body["id"], body["type"], now, text))
+            conn.execute(_BARE_BUMP, (seq, now, key))
+
+        return run
+
+    async def writer(index: int) -> None:
+        for seq in range(1, per_session + 1):
+            await db.write(op(ids[index], seq, bodies[index * per_session + seq - 1]))
+
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for index in range(sessions):
+            tg.start_soon(writer, index)
+    elapsed = time.perf_counter() - start
+    commits = db.commits
+    await db.aclose()
+    spread = "1 session sequential" if sessions == 1 else f"{sessions} sessions concurrent"
+    return Result(
+        name=f"bare statements via SqliteDatabase.write, {spread}",
+        events=sessions * per_session,
         seconds=elapsed,
         commits=commits,
     )
@@ -234,6 +280,18 @@ def report(runs: dict[str, list[Result]], sessions: int) -> None:
             "concurrent",
             "bare_batched",
         ),
+        [  # not a goal: the async plumbing's share of the gap (see `hopped_loop`)
+            "bare via the writer thread / bare, sequential",
+            f"{_paired_ratio(runs, 'hop_seq', 'bare1'):.2f}x",
+            "",
+            "",
+        ],
+        [
+            f"bare via the writer thread / bare, {sessions} sessions",
+            f"{_paired_ratio(runs, 'hop_concurrent', 'bare_batched'):.2f}x",
+            "",
+            "",
+        ],
         [  # not a goal: how much group commit buys over one fsync per append
             "store concurrent / store sequential",
             f"{_paired_ratio(runs, 'concurrent', 'seq'):.2f}x",
@@ -274,6 +332,11 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, list[Result]]:
         (
             "concurrent",
             lambda p: asyncio.run(store_concurrent(p, sessions, args.per_session, size)),
+        ),
+        ("hop_seq", lambda p: asyncio.run(hopped_loop(p, 1, args.seq, size))),
+        (
+            "hop_concurrent",
+            lambda p: asyncio.run(hopped_loop(p, sessions, args.per_session, size)),
         ),
     ]
     runs: dict[str, list[Result]] = {key: [] for key, _ in steps}
