@@ -164,3 +164,40 @@ class ServerProcess:
     def client(self, **kwargs: object) -> anthropic.Anthropic:
         """The official SDK pointed at this server."""
         return anthropic.Anthropic(base_url=self.url, api_key=API_KEY, max_retries=0, **kwargs)  # type: ignore[arg-type]
+
+
+def start_worker(
+    data_dir: Path, database_url: str, model_url: str, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A separate `corral worker` process (the scale-out deployment's brains and hands) on
+    `database_url`, sharing `data_dir` with an API-only server; logs to data_dir/worker.log.
+
+    Its own process group, so a test can SIGKILL it whole (no cleanup runs)."""
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CORRAL_"))}
+    child_env.update(
+        {
+            "CORRAL_API_KEYS": API_KEY,
+            "ANTHROPIC_API_KEY": "sk-test-secret",
+            "ANTHROPIC_BASE_URL": model_url,
+            "CORRAL_CONFIG": str(data_dir / "corral.toml"),
+            **(env or {}),
+        }
+    )
+    command = [sys.executable, "-m", "corral", "worker", "--database-url", database_url]
+    command += ["--data-dir", str(data_dir), "--workers", "4"]
+    with (data_dir / "worker.log").open("ab") as log:
+        return subprocess.Popen(
+            command, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def stop_worker(worker: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it does not go within 10 s."""
+    if worker.poll() is not None:
+        return
+    worker.terminate()
+    try:
+        worker.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()

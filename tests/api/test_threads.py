@@ -9,6 +9,8 @@ the user.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -28,7 +30,14 @@ from tests.fakes.messages_server import (
     by_system,
     first_user_text,
 )
-from tests.server import ServerProcess, backend_env
+from tests.server import (
+    DATABASE_URL_ENV,
+    ServerProcess,
+    backend_env,
+    fresh_postgres,
+    start_worker,
+    stop_worker,
+)
 
 BASH = {"type": "agent_toolset_20260401"}
 ASK_BASH = {
@@ -430,16 +439,59 @@ def test_kill_mid_run_resumes_every_thread(threaded: ServerProcess, moment: str)
     say(client, session_id, "KILL start both")
 
     def reached() -> bool:
-        log = events(client, session_id)
         if moment == "first_reply":
+            log = events(client, session_id)
             return any(e.type == "agent.thread_message_received" for e in log)
-        running = {e.session_thread_id for e in log if e.type == "session.thread_status_running"}
-        return len(running) == 2
+        return both_threads_running(client, session_id)
 
     wait_until(reached, moment)
     threaded.restart()
     client = threaded.client()
     wait_idle(client, session_id, stop="end_turn", timeout=90)
+    assert_team_finished_once(client, session_id)
+
+
+def both_threads_running(client: anthropic.Anthropic, session_id: str) -> bool:
+    log = events(client, session_id)
+    running = {e.session_thread_id for e in log if e.type == "session.thread_status_running"}
+    return len(running) == 2
+
+
+@pytest.mark.postgres
+def test_killed_worker_leaves_every_thread_to_the_next(
+    tmp_path: Path, fake_model: FakeModelServer
+) -> None:
+    """The scale-out deployment: an API-only server and `corral worker` processes on
+    PostgreSQL. The worker running the coordinator and both threads is SIGKILLed mid-run; a
+    new worker resumes all three once their leases lapse."""
+    if not os.environ.get(DATABASE_URL_ENV):
+        pytest.skip(f"{DATABASE_URL_ENV} is not set")
+    fake_model.reset(SCRIPTS)
+    lease = {"CORRAL_LEASE_SECONDS": str(LEASE_SECONDS)}
+    data_dir = tmp_path / "data"
+    with fresh_postgres("corral_threads") as url:
+        api = ServerProcess(
+            data_dir, model_url=fake_model.url, args=("--database-url", url, "--workers", "0")
+        ).start()
+        workers = [start_worker(data_dir, url, fake_model.url, lease)]
+        try:
+            client = api.client()
+            session_id = make_team(client, ("alpha", [BASH]), ("gamma", [BASH]))
+            say(client, session_id, "KILL start both")
+            wait_until(lambda: both_threads_running(client, session_id), "both threads running")
+            os.killpg(workers[0].pid, signal.SIGKILL)
+            workers[0].wait()
+            workers.append(start_worker(data_dir, url, fake_model.url, lease))
+            wait_idle(client, session_id, stop="end_turn", timeout=90)
+            assert_team_finished_once(client, session_id)
+        finally:
+            for worker in workers:
+                stop_worker(worker)
+            api.stop()
+
+
+def assert_team_finished_once(client: anthropic.Anthropic, session_id: str) -> None:
+    """The "KILL start both" script ran to its end with nothing lost or duplicated."""
     log = events(client, session_id)
     assert_log_sound(log)
     assert [e.content[0].text for e in log if e.type == "agent.message"] == ["All done"]

@@ -6,10 +6,7 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +19,7 @@ from tests.api.test_sandbox_follows_session import (
     toolset_session,
 )
 from tests.fakes.messages_server import FakeModelServer
-from tests.server import API_KEY, DATABASE_URL_ENV, ServerProcess, fresh_postgres
+from tests.server import DATABASE_URL_ENV, ServerProcess, fresh_postgres, start_worker, stop_worker
 
 pytestmark = pytest.mark.postgres
 
@@ -39,35 +36,12 @@ def api(
         server = ServerProcess(
             data_dir, model_url=fake_model.url, args=("--database-url", url, "--workers", "0")
         ).start()
-        worker = _start_worker(data_dir, url, fake_model.url)
+        worker = start_worker(data_dir, url, fake_model.url)
         try:
             yield server
         finally:
-            worker.terminate()
-            try:
-                worker.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            stop_worker(worker)
             server.stop()
-
-
-def _start_worker(data_dir: Path, database_url: str, model_url: str) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CORRAL_"))}
-    env.update(
-        {
-            "CORRAL_API_KEYS": API_KEY,
-            "ANTHROPIC_API_KEY": "sk-test-secret",
-            "ANTHROPIC_BASE_URL": model_url,
-            "CORRAL_CONFIG": str(data_dir / "corral.toml"),
-        }
-    )
-    command = [sys.executable, "-m", "corral", "worker", "--database-url", database_url]
-    command += ["--data-dir", str(data_dir), "--workers", "4"]
-    with (data_dir / "worker.log").open("ab") as log:
-        return subprocess.Popen(
-            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
 
 
 def test_resource_changes_reach_the_workers_sandbox(
