@@ -6,11 +6,14 @@ The server runs on a loopback port in a background thread with its own event loo
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import secrets
 import socket
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,10 @@ import httpx
 from rich.console import Console
 
 from corral.config import Settings
+from corral.observability.logs import JsonFormatter
+
+OUTPUTS_DIR = Path("corral-demo-outputs")
+SERVER_LOG = OUTPUTS_DIR / "server.log"
 
 
 def _free_port() -> int:
@@ -84,7 +91,10 @@ def run_embedded_demo(settings: Settings, *, model: str) -> int:
 
     console = Console(highlight=False)
     key = "crl_demo_" + secrets.token_urlsafe(16)
-    with tempfile.TemporaryDirectory(prefix="corral-demo-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="corral-demo-") as scratch,
+        _server_log_in(SERVER_LOG),
+    ):
         data_dir = settings.data_dir if settings.data_dir != Path(".corral") else Path(scratch)
         demo_settings = replace(
             settings,
@@ -105,9 +115,31 @@ def run_embedded_demo(settings: Settings, *, model: str) -> int:
                 data_dir=data_dir / "demo-data",
                 attach_files=True,
                 client=client,
-                outputs_dir=Path("corral-demo-outputs"),
+                outputs_dir=OUTPUTS_DIR,
             )
             team = run_team_act(client, model, console, first=result, data=data_dir / "demo-data")
         finally:
             server.stop()
+    console.print(f"[dim]The embedded server's log: {SERVER_LOG}[/dim]")
     return 0 if result.solved and team.ok else 1
+
+
+@contextlib.contextmanager
+def _server_log_in(path: Path) -> Iterator[None]:
+    """The story is the demo's output: the embedded server's records go to `path` (JSON
+    lines), and only its warnings and errors to the terminal as well."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file.setFormatter(JsonFormatter())
+    levels = [(handler, handler.level) for handler in root.handlers]
+    for handler, _ in levels:
+        handler.setLevel(max(handler.level, logging.WARNING))
+    root.addHandler(to_file)
+    try:
+        yield
+    finally:
+        root.removeHandler(to_file)
+        to_file.close()
+        for handler, level in levels:
+            handler.setLevel(level)
