@@ -167,10 +167,15 @@ class ServerProcess:
 
 
 def start_worker(
-    data_dir: Path, database_url: str, model_url: str, env: Mapping[str, str] | None = None
+    data_dir: Path,
+    database_url: str,
+    model_url: str,
+    env: Mapping[str, str] | None = None,
+    args: tuple[str, ...] = (),
+    log_name: str = "worker.log",
 ) -> subprocess.Popen[bytes]:
     """A separate `corral worker` process (the scale-out deployment's brains and hands) on
-    `database_url`, sharing `data_dir` with an API-only server; logs to data_dir/worker.log.
+    `database_url`, sharing `data_dir` with an API-only server; logs to data_dir/log_name.
 
     Its own process group, so a test can SIGKILL it whole (no cleanup runs)."""
     child_env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CORRAL_"))}
@@ -184,8 +189,8 @@ def start_worker(
         }
     )
     command = [sys.executable, "-m", "corral", "worker", "--database-url", database_url]
-    command += ["--data-dir", str(data_dir), "--workers", "4"]
-    with (data_dir / "worker.log").open("ab") as log:
+    command += ["--data-dir", str(data_dir), "--workers", "4", *args]
+    with (data_dir / log_name).open("ab") as log:
         return subprocess.Popen(
             command, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )

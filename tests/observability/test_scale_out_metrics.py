@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,16 @@ import pytest
 from tests.api.helpers import events, say, wait_idle
 from tests.fakes.messages_server import FakeModelServer, Text, ToolUse, Turn
 from tests.observability.test_observability import Samples, value
-from tests.server import API_KEY, DATABASE_URL_ENV, ServerProcess, free_port, fresh_postgres
+from tests.server import (
+    API_KEY,
+    DATABASE_URL_ENV,
+    ServerProcess,
+    free_port,
+    fresh_postgres,
+)
+from tests.server import (
+    start_worker as launch_worker,
+)
 
 pytestmark = pytest.mark.postgres
 LEASE = {"CORRAL_LEASE_SECONDS": "2"}
@@ -51,22 +59,14 @@ class Worker:
 
 def start_worker(data_dir: Path, database_url: str, model_url: str) -> Worker:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-    env.update(
-        {
-            "CORRAL_API_KEYS": API_KEY,
-            "ANTHROPIC_API_KEY": "sk-test-secret",
-            "ANTHROPIC_BASE_URL": model_url,
-            "CORRAL_CONFIG": str(data_dir / "corral.toml"),
-            **LEASE,
-        }
+    proc = launch_worker(
+        data_dir,
+        database_url,
+        model_url,
+        env=LEASE,
+        args=("--metrics-port", str(port)),
+        log_name=f"worker-{port}.log",
     )
-    command = [sys.executable, "-m", "corral", "worker", "--database-url", database_url]
-    command += ["--data-dir", str(data_dir), "--workers", "4", "--metrics-port", str(port)]
-    with (data_dir / f"worker-{port}.log").open("ab") as log:
-        proc = subprocess.Popen(
-            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
     worker = Worker(proc, port)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
