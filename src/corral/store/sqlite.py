@@ -140,7 +140,7 @@ class SqliteStore(SqliteMemories):
             ).fetchone()
             return int(row[0] or 0)
 
-        return await self.db.read(run)
+        return self.db.read_now(run)
 
     def subscribe(self, session_id: str) -> HubSubscription:
         """Follow the session within this process."""
@@ -388,7 +388,7 @@ class SqliteStore(SqliteMemories):
             ).fetchone()
             return _session(r) if r else None
 
-        return await self.db.read(run)
+        return self.db.read_now(run)
 
     async def update_session(
         self, session_id: str, body: dict[str, Any], *, archived_at: str | None = None
