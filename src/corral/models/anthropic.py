@@ -66,7 +66,8 @@ class AnthropicClient:
         """
         self._upstream_model = upstream_model
         self._api_key_name = api_key_name
-        self._url = (base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1/messages"
+        # Parsed once: httpx would otherwise parse the string again on every request.
+        self._url = httpx.URL((base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1/messages")
         self._pools: list[httpx.AsyncClient] = []
         self._in_flight: list[int] = []
         if api_key:

@@ -79,6 +79,20 @@ async def check_positional_reads(store: Store) -> None:
     assert await store.last_seq(new_id("sesn")) == 0
 
 
+async def check_long_ascending_reads(store: Store) -> None:
+    """A slice longer than any batch a store reads at once comes back whole and in order,
+    with limits, bounds and filters applied across the whole of it."""
+    sid = await new_session(store)
+    await store.append(sid, [event(k) for k in ["user.message", "agent.message"] * 30])
+    assert seqs(await store.read(sid, EventQuery())) == list(range(1, 61))
+    for limit in (1, 15, 16, 17, 31, 32, 33, 60, 61):
+        assert seqs(await store.read(sid, EventQuery(limit=limit))) == list(range(1, 61))[:limit]
+    after = EventQuery(after_seq=5, before_seq=50, limit=40)
+    assert seqs(await store.read(sid, after)) == list(range(6, 46))
+    typed = await store.read(sid, EventQuery(types=["agent.message"], after_seq=2))
+    assert seqs(typed) == list(range(4, 61, 2))
+
+
 async def check_internal_events_hidden(store: Store) -> None:
     """Internal brain events are kept in the log but only an `internal=True` read returns
     them; a paging client still sees every public event, in order, across the gaps."""
@@ -407,6 +421,7 @@ async def check_queue_status(store: Store) -> None:
 LOG_AND_QUEUE_CHECKS: list[Check] = [
     check_append_numbers_events,
     check_positional_reads,
+    check_long_ascending_reads,
     check_internal_events_hidden,
     check_created_filters,
     check_unknown_session,

@@ -12,6 +12,7 @@ import json.encoder
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -128,8 +129,25 @@ class SqliteStore(SqliteMemories):
         return await self.db.read(lambda c: sqlite_calls.read_calls(c, session_id, ids))
 
     async def read(self, session_id: str, query: EventQuery) -> list[StoredEvent]:
-        """A positional slice; see `EventLog.read`."""
-        return await self.db.read(lambda c: _read_events(c, session_id, query))
+        """A positional slice; see `EventLog.read`.
+
+        An ascending slice's first `_INLINE_ROWS` rows are read on the caller's thread (the
+        brain's read of what a client just sent is one or two events: not worth a hand-off to
+        a worker thread); the rest, if any, on a worker thread, from a snapshot as late or
+        later, which is still the same log continued since seqs are only appended.
+        """
+        if query.order != "asc" or (query.limit is not None and query.limit < 1):
+            return await self.db.read(lambda c: _read_events(c, session_id, query))
+        head = _INLINE_ROWS if query.limit is None else min(query.limit, _INLINE_ROWS)
+        first = self.db.read_now(lambda c: _read_events(c, session_id, replace(query, limit=head)))
+        if len(first) < head or query.limit == head:
+            return first
+        rest = replace(
+            query,
+            after_seq=first[-1].seq,
+            limit=None if query.limit is None else query.limit - head,
+        )
+        return first + await self.db.read(lambda c: _read_events(c, session_id, rest))
 
     async def last_seq(self, session_id: str) -> int:
         """Last sequence number (0 when empty or unknown)."""
@@ -140,7 +158,7 @@ class SqliteStore(SqliteMemories):
             ).fetchone()
             return int(row[0] or 0)
 
-        return await self.db.read(run)
+        return self.db.read_now(run)
 
     def subscribe(self, session_id: str) -> HubSubscription:
         """Follow the session within this process."""
@@ -388,7 +406,7 @@ class SqliteStore(SqliteMemories):
             ).fetchone()
             return _session(r) if r else None
 
-        return await self.db.read(run)
+        return self.db.read_now(run)
 
     async def update_session(
         self, session_id: str, body: dict[str, Any], *, archived_at: str | None = None
@@ -495,6 +513,7 @@ def _encode(value: dict[str, Any]) -> str:
     return "".join(_C_ENCODE(value, 0))
 
 
+_INLINE_ROWS = 16
 _HEADS_KEPT = 10_000  # committed heads kept between transactions, least recently used dropped
 
 

@@ -144,6 +144,15 @@ class SqliteDatabase:
         """Run `fn` on this worker thread's reader connection."""
         return await anyio.to_thread.run_sync(self._read_sync, fn)
 
+    def read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` right here on this thread's reader: for lookups of one row by key.
+
+        A WAL reader never waits for the writer, and a keyed row comes from the page cache in
+        a few microseconds, while a hand-over to a worker thread and back costs the event loop
+        a wake-up and tens of microseconds; scans and pages of events still go to `read`.
+        """
+        return self._read_sync(fn)
+
     def _read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
