@@ -52,6 +52,7 @@ def parse_args() -> argparse.Namespace:
     add("--delay", type=float, default=0.05, help="fake model first-token delay (s)")
     add("--admin-url", default=os.environ.get("CORRAL_TEST_DATABASE_URL", DEFAULT_ADMIN_URL))
     add("--skip-postgres", action="store_true")
+    add("--only-postgres", action="store_true", help="measure 2. on PostgreSQL only")
     return parser.parse_args()
 
 
@@ -319,12 +320,14 @@ async def main() -> None:
     try:
         with fake_model(args.delay, "ok", folder) as fake_url:
             profiles = {"SQLite": folder / "sqlite.prof", "PostgreSQL": folder / "pg.prof"}
-            server = start_server(folder / "sqlite", fake_url, {}, profiles["SQLite"])
-            try:
-                await step_cost(server, args)
-                cpu = {"SQLite": await turns_cpu(server, args.turns, profiles["SQLite"])}
-            finally:
-                server.stop()
+            cpu: dict[str, TurnCpu] = {}
+            if not args.only_postgres:
+                server = start_server(folder / "sqlite", fake_url, {}, profiles["SQLite"])
+                try:
+                    await step_cost(server, args)
+                    cpu["SQLite"] = await turns_cpu(server, args.turns, profiles["SQLite"])
+                finally:
+                    server.stop()
             if not args.skip_postgres:
                 with fresh_database(args.admin_url, "corral_bench_brain") as url:
                     env = {"CORRAL_DATABASE_URL": url}
@@ -340,6 +343,8 @@ async def main() -> None:
                 print(f"{name}: {used.describe()} (goal <= {goals[name] * 1000:.0f}: {ok})")
             for name in cpu:
                 print_profile(profiles[name], name, args.turns // 2)
+            if args.only_postgres:
+                return
             server = start_server(folder / "sustained", fake_url, {})
             try:
                 await sustained(server, args)
