@@ -260,7 +260,7 @@ class PostgresStore(PostgresMemories):
 
     async def release(self, fence: Fence) -> None:
         """Drop the lease; pending work stays claimable."""
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self.pool.connection() as conn:
             pending = await q.release(conn, fence)
         if pending:
             self._signal_work()

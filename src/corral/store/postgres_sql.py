@@ -75,16 +75,7 @@ async def append_events(
     `validate` runs under that lock too, against the call projection as committed by every
     earlier append plus this append's earlier events; raising rolls the whole append back.
     """
-    row = await fetchone(
-        conn,
-        f"SELECT last_seq, status, usage, stats, {NOW_TEXT}, interrupt_pending FROM sessions "
-        "WHERE id = %s FOR UPDATE",
-        (session_id,),
-    )
-    if row is None:
-        raise NotFound(f"session {session_id} not found")
-    if fence is not None and check:
-        await check_fence(conn, fence)
+    row = await _lock_session(conn, session_id, fence if check else None)
     book = CallBook(session_id=session_id, status=row[1], interrupt_pending=bool(row[5]))
     await postgres_calls.load_calls(conn, book, referenced_calls(bodies))
     for index, body in enumerate(bodies):
@@ -123,6 +114,37 @@ async def append_events(
     return stored
 
 
+_SESSION_STATE = f"last_seq, status, usage, stats, {NOW_TEXT}, interrupt_pending"
+
+
+async def _lock_session(conn: Conn, session_id: str, fence: Fence | None) -> TupleRow:
+    """Lock the session row (and, for a fenced append, its lease row) and read its state.
+
+    A fenced append locks both rows in one statement, the session's first like every other
+    writer of both; it finds no row when either is missing, and the slow path below then
+    says which.
+    """
+    if fence is not None:
+        row = await fetchone(
+            conn,
+            f"SELECT {_SESSION_STATE}, w.owner, w.token, w.lease_expires < clock_timestamp() "
+            "FROM sessions s JOIN session_work w ON w.session_id = s.id "
+            "WHERE s.id = %s FOR UPDATE OF s, w",
+            (session_id,),
+        )
+        if row is not None:
+            _check_lease(fence, row[6:])
+            return row
+    row = await fetchone(
+        conn, f"SELECT {_SESSION_STATE} FROM sessions WHERE id = %s FOR UPDATE", (session_id,)
+    )
+    if row is None:
+        raise NotFound(f"session {session_id} not found")
+    if fence is not None:
+        await check_fence(conn, fence)
+    return row
+
+
 async def _insert_events(
     conn: Conn, stored: list[StoredEvent], now: str, fence: Fence | None
 ) -> None:
@@ -153,9 +175,14 @@ async def check_fence(conn: Conn, fence: Fence) -> None:
         "WHERE session_id = %s FOR UPDATE",
         (fence.session_id,),
     )
-    if row is None or row[0] != fence.owner or int(row[1]) != fence.token:
+    _check_lease(fence, row)
+
+
+def _check_lease(fence: Fence, lease: Sequence[Any] | None) -> None:
+    """Raise unless `lease` (owner, token, expired) is `fence`'s and unexpired."""
+    if lease is None or lease[0] != fence.owner or int(lease[1]) != fence.token:
         raise LeaseLost(f"lease on {fence.session_id} is held by another brain")
-    if row[2]:
+    if lease[2]:
         raise LeaseLost(f"lease on {fence.session_id} expired")
 
 
@@ -229,16 +256,16 @@ async def claim(conn: Conn, owner: str, lease_seconds: float, limit: int = 1) ->
 
 async def release(conn: Conn, fence: Fence) -> bool:
     """Drop the lease; True (and workers told) when work arrived meanwhile."""
+    # One statement, atomic on its own (no BEGIN/COMMIT round trips): workers are told at
+    # its commit when pending work is left.
     row = await fetchone(
         conn,
         "UPDATE session_work SET owner = NULL, lease_expires = '-infinity' "
-        "WHERE session_id = %s AND owner = %s AND token = %s RETURNING pending",
-        (fence.session_id, fence.owner, fence.token),
+        "WHERE session_id = %s AND owner = %s AND token = %s "
+        "RETURNING pending, CASE WHEN pending THEN pg_notify(%s, session_id) END",
+        (fence.session_id, fence.owner, fence.token, WORK_CHANNEL),
     )
-    if row is None or not row[0]:
-        return False
-    await notify(conn, WORK_CHANNEL, fence.session_id)
-    return True
+    return row is not None and bool(row[0])
 
 
 # ---- resources -----------------------------------------------------------------------------
