@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import anyio
 import psycopg
 from psycopg import errors
 from psycopg.types.json import Json
@@ -36,6 +35,7 @@ from corral.store import postgres_sql as q
 from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
 from corral.store.postgres_db import Listener, migrate, preview_payloads
 from corral.store.postgres_memory import PostgresMemories
+from corral.store.wakeups import WorkSignal
 
 log = logging.getLogger("corral.store.postgres")
 
@@ -51,7 +51,7 @@ class PostgresStore(PostgresMemories):
         self._fencing = fencing  # False only in tests that prove the chaos checker can fail
         self._pool_size = pool_size
         self._pool: AsyncConnectionPool[q.Conn] | None = None
-        self._work_ready = anyio.Event()
+        self._work = WorkSignal()
         self._appending: dict[str, int] = {}
         """Session id -> this process's appends to it not yet published."""
         self._held: dict[str, int] = {}
@@ -60,7 +60,7 @@ class PostgresStore(PostgresMemories):
             url,
             origin=self.origin,
             hub=self.hub,
-            on_work=self._signal_work,
+            on_work=self._work.signal,
             resync=self._resync,
             on_events=self._notified,
         )
@@ -171,7 +171,7 @@ class PostgresStore(PostgresMemories):
         if stored:
             self.hub.publish(session_id, NewEvents(last_seq=stored[-1].seq, events=tuple(stored)))
         if wake:
-            self._signal_work()
+            self._work.signal()
         return stored
 
     async def read_calls(
@@ -234,7 +234,7 @@ class PostgresStore(PostgresMemories):
         """Mark the session as having work (due by the database clock)."""
         async with self.pool.connection() as conn, conn.transaction():
             await q.mark_pending(conn, session_id, delay)
-        self._signal_work()
+        self._work.signal()
 
     async def claim(self, owner: str, lease_seconds: float) -> Fence | None:
         """Take one due session (`FOR UPDATE SKIP LOCKED`), bumping its token."""
@@ -243,7 +243,7 @@ class PostgresStore(PostgresMemories):
 
     async def claim_many(self, owner: str, lease_seconds: float, limit: int) -> list[Fence]:
         """Take up to `limit` due sessions in one statement."""
-        self._claiming()
+        self._work.claiming()
         async with self.pool.connection() as conn:
             return await q.claim(conn, owner, lease_seconds, limit)
 
@@ -263,12 +263,11 @@ class PostgresStore(PostgresMemories):
         async with self.pool.connection() as conn:
             pending = await q.release(conn, fence)
         if pending:
-            self._signal_work()
+            self._work.signal()
 
     async def wait_for_work(self, timeout: float) -> None:
         """Wait for a wake from any process, or `timeout` (expired leases, due retries)."""
-        with anyio.move_on_after(timeout):
-            await self._work_ready.wait()
+        await self._work.wait(timeout)
 
     async def queue_status(self) -> QueueStatus:
         """Counts for `corral status`."""
@@ -292,17 +291,6 @@ class PostgresStore(PostgresMemories):
             expired=int(row[2]),
             sessions=tuple((str(s), int(n)) for s, n in statuses),
         )
-
-    def _signal_work(self) -> None:
-        self._work_ready.set()  # stays set until the next claim begins (see `_claiming`)
-
-    def _claiming(self) -> None:
-        """A claim begins: it sees every wake signalled so far, so `wait_for_work` waits for
-        later ones only; a wake from here on makes it return at once, even if it was not
-        yet waiting (a scheduler that claimed fewer sessions than it had room for waits
-        instead of claiming again)."""
-        if self._work_ready.is_set():
-            self._work_ready = anyio.Event()
 
     # ---- resources ---------------------------------------------------------------------
 
@@ -413,7 +401,7 @@ class PostgresStore(PostgresMemories):
         except errors.UniqueViolation as exc:
             raise Conflict(f"session {row.id} already exists") from exc
         if bodies:
-            self._signal_work()
+            self._work.signal()
 
     async def get_session(self, session_id: str) -> SessionRow | None:
         """The session or None."""

@@ -42,6 +42,7 @@ from corral.store import sqlite_calls
 from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
 from corral.store.sqlite_db import SqliteDatabase
 from corral.store.sqlite_memory import SqliteMemories
+from corral.store.wakeups import WorkSignal
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
 _SESSION_COLUMNS = (
@@ -57,7 +58,7 @@ class SqliteStore(SqliteMemories):
         self._heads = _Heads()  # touched only on the writer thread
         self.db = SqliteDatabase(path, self._heads)
         self.hub = Hub()
-        self._work_ready = anyio.Event()
+        self._work = WorkSignal()
         self._fencing = fencing  # False only in tests that prove the chaos checker can fail
 
     async def open(self) -> None:
@@ -119,7 +120,7 @@ class SqliteStore(SqliteMemories):
         if stored:
             self.hub.publish(session_id, NewEvents(last_seq=stored[-1].seq, events=tuple(stored)))
         if wake:
-            self._signal_work()
+            self._work.signal()
         return stored
 
     async def read_calls(
@@ -174,7 +175,7 @@ class SqliteStore(SqliteMemories):
         """Mark the session as having work."""
         due = time.time() + delay
         await self.db.write(lambda c: _mark_pending(c, session_id, due))
-        self._signal_work()
+        self._work.signal()
 
     async def claim(self, owner: str, lease_seconds: float) -> Fence | None:
         """Take one due session atomically (the single writer serialises claims)."""
@@ -183,7 +184,7 @@ class SqliteStore(SqliteMemories):
 
     async def claim_many(self, owner: str, lease_seconds: float, limit: int) -> list[Fence]:
         """Take up to `limit` due sessions in one transaction."""
-        self._claiming()
+        self._work.claiming()
         return await self.db.write(lambda c: _claim(c, owner, lease_seconds, limit))
 
     async def heartbeat(self, fence: Fence, lease_seconds: float) -> bool:
@@ -215,12 +216,11 @@ class SqliteStore(SqliteMemories):
             return cur.rowcount == 1 and row is not None and bool(row[0])
 
         if await self.db.write(run):
-            self._signal_work()
+            self._work.signal()
 
     async def wait_for_work(self, timeout: float) -> None:
         """Wait for a wake in this process, or `timeout` (for expired leases, due retries)."""
-        with anyio.move_on_after(timeout):
-            await self._work_ready.wait()
+        await self._work.wait(timeout)
 
     async def queue_status(self) -> QueueStatus:
         """Counts for `corral status`."""
@@ -243,17 +243,6 @@ class SqliteStore(SqliteMemories):
             )
 
         return await self.db.read(run)
-
-    def _signal_work(self) -> None:
-        self._work_ready.set()  # stays set until the next claim begins (see `_claiming`)
-
-    def _claiming(self) -> None:
-        """A claim begins: it sees every wake signalled so far, so `wait_for_work` waits for
-        later ones only; a wake from here on makes it return at once, even if it was not
-        yet waiting (a scheduler that claimed fewer sessions than it had room for waits
-        instead of claiming again)."""
-        if self._work_ready.is_set():
-            self._work_ready = anyio.Event()
 
     # ---- resources ---------------------------------------------------------------------
 
@@ -395,7 +384,7 @@ class SqliteStore(SqliteMemories):
 
         await self.db.write(run)
         if bodies:
-            self._signal_work()
+            self._work.signal()
 
     async def get_session(self, session_id: str) -> SessionRow | None:
         """The session or None."""
