@@ -25,7 +25,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -76,6 +76,11 @@ class RecordedRequest:
 _SSE_HEADERS = {"cache-control": "no-cache"}
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """Nobody reads this answer: the client went away before sending its whole request."""
+    return Response(status_code=499)
+
+
 class FakeModelServer:
     """The fake on 127.0.0.1, served by uvicorn in a background thread.
 
@@ -96,7 +101,9 @@ class FakeModelServer:
             routes=[
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
-            ]
+            ],
+            # a client killed mid-request (crash and chaos tests) is expected, not an error
+            exception_handlers={ClientDisconnect: _client_gone},
         )
 
     @property
