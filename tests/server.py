@@ -45,6 +45,22 @@ def fresh_postgres(prefix: str = "corral_api") -> Iterator[str]:
 
 
 @contextmanager
+def short_lease_server(
+    data_dir: Path, model_url: str, backend: str, lease_seconds: float
+) -> Iterator[ServerProcess]:
+    """A started server on `backend` whose leases last `lease_seconds` (crash tests: a
+    restarted process on PostgreSQL must wait out the dead one's lease); stopped after."""
+    with backend_env(backend) as env:
+        lease = {"CORRAL_LEASE_SECONDS": str(lease_seconds)}
+        proc = ServerProcess(data_dir, model_url=model_url, env={**env, **lease})
+        proc.start()
+        try:
+            yield proc
+        finally:
+            proc.stop()
+
+
+@contextmanager
 def backend_env(backend: str) -> Iterator[dict[str, str]]:
     """Environment selecting the store: embedded SQLite, or a fresh PostgreSQL database."""
     if backend == "sqlite":

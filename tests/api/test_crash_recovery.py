@@ -10,7 +10,7 @@ import pytest
 
 from tests.api.helpers import LOOKUP, assert_log_sound, events, make_session, say, wait_idle
 from tests.fakes.messages_server import FakeModelServer, Text, ToolUse, Turn
-from tests.server import ServerProcess, backend_env
+from tests.server import ServerProcess, short_lease_server
 
 BASH = {"type": "agent_toolset_20260401"}
 LEASE_SECONDS = 2.0
@@ -20,12 +20,8 @@ one's lease), recovery takes seconds, and waiting out a lease costs seconds too.
 
 @pytest.fixture
 def crashy(tmp_path: Path, fake_model: FakeModelServer, backend: str) -> Iterator[ServerProcess]:
-    with backend_env(backend) as env:
-        lease = {"CORRAL_LEASE_SECONDS": str(LEASE_SECONDS)}
-        proc = ServerProcess(tmp_path / "data", model_url=fake_model.url, env={**env, **lease})
-        proc.start()
+    with short_lease_server(tmp_path / "data", fake_model.url, backend, LEASE_SECONDS) as proc:
         yield proc
-        proc.stop()
 
 
 def wait_for(client: object, session_id: str, kind: str, timeout: float = 20) -> None:

@@ -33,8 +33,8 @@ from tests.fakes.messages_server import (
 from tests.server import (
     DATABASE_URL_ENV,
     ServerProcess,
-    backend_env,
     fresh_postgres,
+    short_lease_server,
     start_worker,
     stop_worker,
 )
@@ -225,12 +225,8 @@ SCRIPTS = by_system(
 @pytest.fixture
 def threaded(tmp_path: Path, fake_model: FakeModelServer, backend: str) -> Iterator[ServerProcess]:
     fake_model.reset(SCRIPTS)
-    with backend_env(backend) as env:
-        lease = {"CORRAL_LEASE_SECONDS": str(LEASE_SECONDS)}
-        proc = ServerProcess(tmp_path / "data", model_url=fake_model.url, env={**env, **lease})
-        proc.start()
+    with short_lease_server(tmp_path / "data", fake_model.url, backend, LEASE_SECONDS) as proc:
         yield proc
-        proc.stop()
 
 
 def make_team(client: anthropic.Anthropic, *members: tuple[str, list[dict[str, Any]]]) -> str:
