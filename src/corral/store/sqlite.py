@@ -55,7 +55,7 @@ class SqliteStore(SqliteMemories):
     """Event log, wake queue and resources in one SQLite file."""
 
     def __init__(self, path: Path, *, fencing: bool = True) -> None:
-        self._heads = _Heads()  # touched only on the writer thread
+        self._heads = _Heads()  # touched only inside write transactions (one at a time)
         self.db = SqliteDatabase(path, self._heads)
         self.hub = Hub()
         self._work = WorkSignal()
@@ -510,7 +510,7 @@ class _Heads:
     """The single writer's cache of session rows, and its transaction's timestamp
     (`sqlite_db.TransactionHooks`).
 
-    Nothing but the writer thread writes the file in the embedded deployment, so after a commit
+    Nothing but the writer connection writes the file in the embedded deployment, so after a commit
     the cache equals the rows; `PRAGMA data_version` still tells at each BEGIN whether another
     connection committed since (a second process, a test editing the file): then the cache is
     dropped. A transaction's new heads stay in `dirty` until they are written back with one

@@ -1,9 +1,15 @@
-"""SQLite plumbing: one writer thread doing group commit, thread-local readers, migrations.
+"""SQLite plumbing: group commit on one writer connection, thread-local readers, migrations.
 
 Writes from many coroutines are batched into one transaction (each in its own SAVEPOINT so
 one failure does not undo the others), which is how durable appends keep up under load. The
-writes an event loop submits during one iteration reach the writer as one list, so that a burst
-of coroutines woken by the same commit lands in the same next commit, for one wake-up.
+writes an event loop submits during one iteration form one batch, so that a burst of
+coroutines woken by the same commit lands in the same next commit.
+
+A batch is committed right on the event loop's thread when nothing is queued for the writer
+thread and commits are fast (a local disk: a few hundred microseconds), and handed to the
+writer thread otherwise (a slow disk, or a backlog). The hand-over costs two cross-thread
+wake-ups per commit, which on a VM are as long as the commit itself; a slow `fsync` must not
+stall the loop. Checkpoints run on the writer thread, never inside a commit.
 A caller may keep writer-side state in step with the transactions through `TransactionHooks`.
 Knows no table semantics.
 """
@@ -15,6 +21,7 @@ import contextlib
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -27,11 +34,18 @@ WriteFn = Callable[[sqlite3.Connection], Any]
 
 _MAX_BATCH = 256
 _STOP = object()
+_CHECKPOINT = object()
+_INLINE_MAX_SECONDS = 0.002
+"""Commit on the event loop only while commits average less than this (seconds)."""
+_CHECKPOINT_EVERY = 250
+"""Commits between two WAL checkpoints, run by the writer thread (SQLite's own would run
+inside a commit, perhaps on the event loop)."""
 
 
 class TransactionHooks(Protocol):
-    """Called on the writer thread around each group-commit transaction, so that a caller can
-    cache what its writes need between transactions and write it back once per commit.
+    """Called around each group-commit transaction (one at a time, on whichever thread runs
+    it: an event loop's or the writer), so that a caller can cache what its writes need
+    between transactions and write it back once per commit.
 
     An op that raises must leave the hooks' state as it found it (change it as the op's last
     step): its own writes are undone without the others' (savepoint, or nothing written).
@@ -65,20 +79,26 @@ class _NoHooks:
         pass
 
 
-def connect(path: Path) -> sqlite3.Connection:
+def connect(path: Path, *, autocheckpoint: bool = True) -> sqlite3.Connection:
     """A connection with the store's PRAGMAs (WAL, synchronous=FULL); `bench/log.py`'s bare
-    baseline opens its database with this too, so both pay the same fsyncs."""
+    baseline opens its database with this too, so both pay the same fsyncs.
+
+    The store's writer connection passes `autocheckpoint=False`: its writer thread runs the
+    checkpoints (`SqliteDatabase`), so no commit on an event loop pays for one."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=30000")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA cache_size=-65536")  # 64 MiB of page cache per connection
+    if not autocheckpoint:
+        conn.execute("PRAGMA wal_autocheckpoint=0")
     return conn
 
 
 class SqliteDatabase:
-    """A WAL database file with a single writer thread and a reader per worker thread."""
+    """A WAL database file with one writer connection (used by event loops and the writer
+    thread, one at a time) and a reader per worker thread."""
 
     def __init__(self, path: Path, hooks: TransactionHooks | None = None) -> None:
         self.path = path
@@ -87,24 +107,37 @@ class SqliteDatabase:
         # wait, Python-level notify) cost ~2 us of the event loop's time per handed-over tick.
         self._ops: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._pending: dict[asyncio.AbstractEventLoop, list[Any]] = {}  # this tick's, per loop
+        self._conn: sqlite3.Connection | None = None
+        self._conn_lock = threading.Lock()
+        """Held while a batch runs, on whichever thread runs it."""
+        self._count_lock = threading.Lock()
+        self._handed = 0
+        """Lists of ops put on `_ops` (by any event loop's thread)."""
+        self._finished = 0
+        """Of those, the ones the writer thread has run (written by it alone)."""
+        self._commit_seconds = 0.0
+        """Moving average of a batch's time, BEGIN to COMMIT."""
         self._writer: threading.Thread | None = None
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self.commits = 0
+        self.inline_commits = 0
+        """Of `commits`, those run on an event loop's thread."""
 
     def open(self) -> None:
-        """Create the file, apply migrations, start the writer."""
+        """Create the file, apply migrations, start the writer thread."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = connect(self.path)
+        conn = connect(self.path, autocheckpoint=False)
         _migrate(conn)
+        self._conn = conn
         self._writer = threading.Thread(
-            target=self._write_loop, args=(conn,), name="corral-sqlite-writer", daemon=True
+            target=self._write_loop, name="corral-sqlite-writer", daemon=True
         )
         self._writer.start()
 
     async def aclose(self) -> None:
-        """`close` from an event loop, after handing over the writes it submitted this tick."""
+        """`close` from an event loop, after running the writes it submitted this tick."""
         self._submit(asyncio.get_running_loop())
         await anyio.to_thread.run_sync(self.close)
 
@@ -120,7 +153,7 @@ class SqliteDatabase:
             self._readers.clear()
 
     def write(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
-        """Run `fn` in the writer's next transaction: await the result, there after COMMIT.
+        """Run `fn` in the next transaction: await the result, there after COMMIT.
 
         A plain function handing back the future (no coroutine around it): one frame less to
         create and resume per write. Must be called from a running event loop.
@@ -128,7 +161,7 @@ class SqliteDatabase:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         pending = self._pending.get(loop)
-        if pending is None:  # the tick's first write: hand the tick's writes over after it
+        if pending is None:  # the tick's first write: run the tick's writes after it
             self._pending[loop] = [(fn, loop, future)]
             loop.call_soon(self._submit, loop)
         else:
@@ -137,8 +170,32 @@ class SqliteDatabase:
 
     def _submit(self, loop: asyncio.AbstractEventLoop) -> None:
         ops = self._pending.pop(loop, None)
-        if ops:
-            self._ops.put(ops)
+        if not ops:
+            return
+        if self._commit_seconds < _INLINE_MAX_SECONDS and self._run_here(ops):
+            return
+        self._hand_over(ops)
+
+    def _hand_over(self, item: Any) -> None:
+        with self._count_lock:
+            self._handed += 1
+        self._ops.put(item)
+
+    def _run_here(self, ops: list[Any]) -> bool:
+        """Commit `ops` on this thread if the writer thread has nothing left to run (so no
+        write overtakes an earlier one); False when it has, or is running a batch."""
+        if self._handed != self._finished or not self._conn_lock.acquire(blocking=False):
+            return False
+        try:
+            conn = self._conn
+            if conn is None or self._handed != self._finished:
+                return False
+            outcomes = self._run_batches(conn, ops)
+            self.inline_commits += 1
+        finally:
+            self._conn_lock.release()
+        _settle([(op[2], ok, value) for op, (ok, value) in zip(ops, outcomes, strict=True)])
+        return True
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn` on this worker thread's reader connection."""
@@ -162,27 +219,51 @@ class SqliteDatabase:
                 self._readers.append(conn)
         return fn(conn)
 
-    def _write_loop(self, conn: sqlite3.Connection) -> None:
+    def _write_loop(self) -> None:
         while True:
-            first = self._ops.get()
-            if first is _STOP:
-                conn.close()
-                return
-            batch = list(first)
-            while len(batch) < _MAX_BATCH:
+            item = self._ops.get()
+            batch: list[Any] = []
+            lists, then = 0, None
+            while True:  # gather what is queued into one batch, up to a marker
+                if item is _STOP or item is _CHECKPOINT:
+                    then = item
+                    break
+                batch.extend(item)
+                lists += 1
+                if len(batch) >= _MAX_BATCH:
+                    break
                 try:
-                    ops = self._ops.get_nowait()
+                    item = self._ops.get_nowait()
                 except queue.Empty:
                     break
-                if ops is _STOP:
-                    self._ops.put(_STOP)
-                    break
-                batch.extend(ops)
-            for start in range(0, len(batch), _MAX_BATCH):
-                self._run_batch(conn, batch[start : start + _MAX_BATCH])
+            if batch:
+                with self._conn_lock:
+                    assert self._conn is not None  # closed only by this thread, on _STOP
+                    outcomes = self._run_batches(self._conn, batch)
+                    self._finished += lists
+                _resolve(batch, outcomes)
+            if then is _CHECKPOINT:
+                with self._conn_lock:
+                    assert self._conn is not None
+                    with contextlib.suppress(sqlite3.Error):  # the next one tries again
+                        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    self._finished += 1
+            elif then is _STOP:
+                with self._conn_lock:
+                    if self._conn is not None:
+                        self._conn.close()
+                        self._conn = None
+                return
 
-    def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
+    def _run_batches(self, conn: sqlite3.Connection, batch: list[Any]) -> list[tuple[bool, Any]]:
+        outcomes: list[tuple[bool, Any]] = []
+        for start in range(0, len(batch), _MAX_BATCH):
+            outcomes.extend(self._run_batch(conn, batch[start : start + _MAX_BATCH]))
+        return outcomes
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> list[tuple[bool, Any]]:
         hooks = self._hooks
+        started = time.perf_counter()
         try:
             outcomes = _optimistic(conn, batch, hooks)
             if outcomes is None:  # some op failed: redo, isolating each op in a savepoint
@@ -199,7 +280,12 @@ class SqliteDatabase:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             outcomes = [(False, exc)] * len(batch)
-        _resolve(batch, outcomes)
+        self._commit_seconds += (time.perf_counter() - started - self._commit_seconds) / 8
+        if self.commits % _CHECKPOINT_EVERY == 0:
+            # On the writer thread, in turn with the writes (a checkpoint running beside
+            # steady commits may never catch up, and the WAL would grow without bound).
+            self._hand_over(_CHECKPOINT)
+        return outcomes
 
 
 def _optimistic(
@@ -230,7 +316,8 @@ def _optimistic(
 
 
 def _resolve(batch: list[Any], outcomes: list[tuple[bool, Any]]) -> None:
-    """Hand results back with one wake-up per event loop, not one per operation."""
+    """Hand the writer thread's results back with one wake-up per event loop, not one per
+    operation."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, bool, Any]]] = {}
     for (_fn, loop, future), (ok, value) in zip(batch, outcomes, strict=True):
         by_loop.setdefault(loop, []).append((future, ok, value))

@@ -1,4 +1,4 @@
-"""`WorkItems` on the embedded store: every change runs on the single writer thread, so two
+"""`WorkItems` on the embedded store: every change runs on the single writer connection, so two
 polls are serialised and never hand out one item at once. The clock is this process's (the
 embedded store has one process), as for session leases."""
 
