@@ -1,8 +1,10 @@
-"""The Anthropic Messages API provider: one streamed `POST /v1/messages` over httpx.
+"""The Anthropic Messages API provider: one streamed `POST /v1/messages` per call.
 
-It speaks the wire protocol itself rather than through the `anthropic` SDK: the SDK's types
-cost every server process about a second of CPU to import, for the dozen fields read here.
-Key and base URL are passed in explicitly: this module never reads the environment.
+It speaks the wire protocol itself rather than through the `anthropic` SDK (whose types cost
+every server process about a second of CPU to import, for the dozen fields read here), over
+`http1.Http1Client` rather than httpx (see there: the model call was the largest share of a
+turn's CPU). Key and base URL are passed in explicitly: this module never reads the
+environment.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from typing import Any
-
-import httpx
 
 from corral.models.base import (
     ModelError,
@@ -22,6 +22,7 @@ from corral.models.base import (
     TextDelta,
     ThinkingStarted,
 )
+from corral.models.http1 import Http1Client, Response, TransportError
 from corral.models.http_errors import connection_error, error_for_status
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -48,7 +49,6 @@ class AnthropicClient:
         upstream_model: str | None = None,
         timeout: float = 600.0,
         api_key_name: str = "ANTHROPIC_API_KEY",
-        pool_size: int = 4,
     ) -> None:
         """Create the client; a missing `api_key` fails on first use, naming `api_key_name`.
 
@@ -58,73 +58,59 @@ class AnthropicClient:
             upstream_model: a model name sent instead of `request.model`.
             timeout: seconds allowed for the request and between two streamed chunks.
             api_key_name: where the key should come from, for the missing-key message.
-            pool_size: connection pools to spread concurrent streams over; one httpx pool's
-                bookkeeping grows with its connection count, so a few smaller pools stream
-                200 concurrent responses markedly faster than one big one.
 
-        No retries here: the brain retries with backoff.
+        No retries here: the brain retries with backoff. A malformed `base_url` or a key
+        holding a line break is a ValueError here, not a failure of the first call.
         """
         self._upstream_model = upstream_model
         self._api_key_name = api_key_name
-        # Parsed once: httpx would otherwise parse the string again on every request.
-        self._url = httpx.URL((base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1/messages")
-        self._pools: list[httpx.AsyncClient] = []
-        self._in_flight: list[int] = []
+        self._http: Http1Client | None = None
         if api_key:
             headers = {
                 "x-api-key": api_key,
                 "anthropic-version": API_VERSION,
                 "accept": "text/event-stream",
             }
-            limits = httpx.Timeout(timeout, connect=min(timeout, 10.0))
-            self._pools = [
-                httpx.AsyncClient(headers=headers, timeout=limits, trust_env=False)
-                for _ in range(max(pool_size, 1))
-            ]
-            self._in_flight = [0] * len(self._pools)
+            self._http = Http1Client(
+                base_url or DEFAULT_BASE_URL,
+                headers,
+                timeout=timeout,
+                connect_timeout=min(timeout, 10.0),
+            )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """Stream one response; see `ModelClient.stream`."""
-        slot = self._least_busy()
-        body = {**build_params(request, self._upstream_model), "stream": True}
-        accumulator = _Accumulator()
-        self._in_flight[slot] += 1
-        try:
-            async with self._pools[slot].stream("POST", self._url, json=body) as response:
-                if response.status_code >= 400:
-                    raise await _status_error(response)
-                async for event in _sse_events(response):
-                    for preview in accumulator.feed(event):
-                        yield preview
-        except httpx.TransportError as exc:
-            raise connection_error("anthropic", repr(exc)) from exc
-        finally:
-            self._in_flight[slot] -= 1
-        yield accumulator.response()
-
-    async def aclose(self) -> None:
-        """Release connections."""
-        for pool in self._pools:
-            await pool.aclose()
-
-    def _least_busy(self) -> int:
-        if not self._pools:
+        http = self._http
+        if http is None:
             raise ModelError(
                 "authentication",
                 f"no Anthropic API key: set {self._api_key_name} in the server's environment",
                 retryable=False,
             )
-        return min(range(len(self._pools)), key=self._in_flight.__getitem__)
+        body = {**build_params(request, self._upstream_model), "stream": True}
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        accumulator = _Accumulator()
+        try:
+            async with http.post("/v1/messages", payload) as response:
+                if response.status >= 400:
+                    raise await _status_error(response)
+                async for event in _sse_events(response):
+                    for preview in accumulator.feed(event):
+                        yield preview
+        except TransportError as exc:
+            raise connection_error("anthropic", str(exc)) from exc
+        yield accumulator.response()
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        if self._http is not None:
+            await self._http.aclose()
 
 
-async def _status_error(response: httpx.Response) -> ModelError:
+async def _status_error(response: Response) -> ModelError:
     """The `ModelError` for a refused request, from its `{"type": "error", "error": ...}` body."""
-    raw = b""
-    async for chunk in response.aiter_bytes():
-        raw += chunk
-        if len(raw) > _MAX_ERROR_BODY:
-            break
-    error_type, message = None, raw[:500].decode(errors="replace") or response.reason_phrase
+    raw = await response.read(_MAX_ERROR_BODY)
+    error_type, message = None, raw[:500].decode(errors="replace") or response.reason
     try:
         error = json.loads(raw).get("error")
     except (ValueError, AttributeError):
@@ -132,13 +118,13 @@ async def _status_error(response: httpx.Response) -> ModelError:
     if isinstance(error, dict):
         error_type = error.get("type") if isinstance(error.get("type"), str) else None
         message = str(error.get("message") or message)
-    return error_for_status("anthropic", response.status_code, error_type, message)
+    return error_for_status("anthropic", response.status, error_type, message)
 
 
-async def _sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+async def _sse_events(response: Response) -> AsyncIterator[dict[str, Any]]:
     """The JSON payloads of a server-sent event stream (`data:` lines joined per event)."""
     data: list[str] = []
-    async for line in response.aiter_lines():
+    async for line in response.lines():
         if line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
         elif not line and data:

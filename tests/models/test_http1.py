@@ -1,0 +1,316 @@
+"""The model providers' HTTP/1.1 client against a raw socket server that answers each request
+with scripted bytes: body framings, keep-alive, a stale kept-alive connection, cuts, stalls,
+malformed answers, TLS. The providers' own tests run it against the wire-level fake model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from corral.models.http1 import Http1Client, TransportError, parse_origin
+
+pytestmark = pytest.mark.anyio
+
+Reply = Callable[[bytes], bytes | None]
+"""The request's bytes (head and body) -> the raw answer; None: close without answering."""
+
+
+@dataclass
+class RawServer:
+    """Answers the n-th request on any connection with `replies[n]`; then keeps the connection
+    open unless the reply said `connection: close` (or was None)."""
+
+    replies: list[Reply | bytes | None]
+    tls: ssl.SSLContext | None = None
+    requests: list[bytes] = field(default_factory=list)
+    connections: int = 0
+    close_after_each: bool = False
+    server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                request = head + await reader.readexactly(length)
+                self.requests.append(request)
+                reply = self.replies.pop(0)
+                answer = reply(request) if callable(reply) else reply
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+                if b"connection: close" in answer.lower() or self.close_after_each:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+Serve = Callable[..., Awaitable[tuple[RawServer, str]]]
+"""served(*replies, tls=None) -> (the server, its URL)"""
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Serve]:
+    servers: list[RawServer] = []
+
+    async def start(
+        *replies: Reply | bytes | None, tls: ssl.SSLContext | None = None
+    ) -> tuple[RawServer, str]:
+        server = RawServer(list(replies), tls=tls)
+        servers.append(server)
+        return server, await server.start()
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+def ok(body: bytes, *extra: str) -> bytes:
+    head = ["HTTP/1.1 200 OK", f"content-length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def chunked(*parts: bytes, trailer: bytes = b"") -> bytes:
+    out = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    for part in parts:
+        out += f"{len(part):x};ext=1\r\n".encode() + part + b"\r\n"
+    return out + b"0\r\n" + trailer + b"\r\n"
+
+
+def client(url: str, timeout: float = 5.0, tls: ssl.SSLContext | None = None) -> Http1Client:
+    return Http1Client(url, {"x-api-key": "k"}, timeout=timeout, connect_timeout=5.0, tls=tls)
+
+
+async def body_of(http: Http1Client, path: str = "/v1/x", body: bytes = b"{}") -> bytes:
+    async with http.post(path, body) as response:
+        return b"".join([chunk async for chunk in response.chunks()])
+
+
+async def test_request_carries_path_prefix_host_fixed_headers_and_body(served: Serve) -> None:
+    server, url = await served(ok(b"hi"))
+    http = client(url + "/api/")
+    assert await body_of(http, "/v1/messages", b'{"a":1}') == b"hi"
+    await http.aclose()
+    head, _, body = server.requests[0].partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "POST /api/v1/messages HTTP/1.1"
+    port = url.rsplit(":", 1)[1]
+    assert {"host: 127.0.0.1:" + port, "x-api-key: k", "content-length: 7"} <= set(lines)
+    assert body == b'{"a":1}'
+
+
+async def test_chunked_body_with_extensions_and_trailers_then_the_connection_is_reused(
+    served: Serve,
+) -> None:
+    server, url = await served(
+        chunked(b"data: 1\n", b"\ndata: 2\r\n\r\n", trailer=b"x-trailer: t\r\n"), ok(b"again")
+    )
+    http = client(url)
+    async with http.post("/s", b"{}") as response:
+        assert response.status == 200
+        assert [line async for line in response.lines()] == ["data: 1", "", "data: 2", ""]
+    assert await body_of(http) == b"again"
+    await http.aclose()
+    assert server.connections == 1
+
+
+async def test_a_body_ended_by_close_is_read_whole_and_the_connection_not_kept(
+    served: Serve,
+) -> None:
+    server, url = await served(b"HTTP/1.1 200 OK\r\n\r\nuntil the end", ok(b"next"))
+    server.close_after_each = True
+    http = client(url)
+    assert await body_of(http) == b"until the end"
+    assert await body_of(http) == b"next"
+    await http.aclose()
+    assert server.connections == 2
+
+
+async def test_connection_close_and_http_1_0_answers_are_not_reused(served: Serve) -> None:
+    server, url = await served(
+        ok(b"a", "connection: close"), b"HTTP/1.0 200 OK\r\ncontent-length: 1\r\n\r\nb", ok(b"c")
+    )
+    server.close_after_each = False
+    http = client(url)
+    assert [await body_of(http) for _ in range(3)] == [b"a", b"b", b"c"]
+    await http.aclose()
+    assert server.connections == 3
+
+
+async def test_an_interim_100_answer_is_skipped(served: Serve) -> None:
+    _, url = await served(b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"final"))
+    http = client(url)
+    async with http.post("/s", b"{}") as response:
+        assert response.status == 200
+        assert await response.read(100) == b"final"
+    await http.aclose()
+
+
+async def test_an_error_status_is_a_response_not_an_exception(served: Serve) -> None:
+    _, url = await served(
+        b"HTTP/1.1 529 Overloaded\r\ncontent-length: 9\r\nX-Extra: 1\r\n\r\noverload!"
+    )
+    http = client(url)
+    async with http.post("/s", b"{}") as response:
+        assert (response.status, response.reason) == (529, "Overloaded")
+        assert response.headers["x-extra"] == "1"
+        assert await response.read(4) == b"over"
+    await http.aclose()
+
+
+async def test_a_kept_alive_connection_the_server_closed_is_replaced_once(served: Serve) -> None:
+    # The first connection answers once and then, on the next request, closes without a
+    # word (as a server whose idle timeout fired just as the request went out).
+    server, url = await served(ok(b"one"), None, ok(b"two"))
+    http = client(url)
+    assert await body_of(http) == b"one"
+    assert await body_of(http) == b"two"
+    await http.aclose()
+    assert server.connections == 2
+    assert len(server.requests) == 3  # the lost request was sent again, once
+
+
+async def test_a_new_connection_closed_without_an_answer_fails(served: Serve) -> None:
+    server, url = await served(None)
+    http = client(url)
+    with pytest.raises(TransportError, match="without answering"):
+        await body_of(http)
+    await http.aclose()
+    assert len(server.requests) == 1  # not sent twice
+
+
+async def test_a_stall_longer_than_the_timeout_fails(served: Serve) -> None:
+    def stalled_body(_: bytes) -> bytes:
+        return b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf"
+
+    _, url = await served(stalled_body)
+    http = client(url, timeout=0.3)
+    with pytest.raises(TransportError, match="no answer within"):
+        await body_of(http)
+    await http.aclose()
+
+
+@pytest.mark.parametrize(
+    ("answer", "match"),
+    [
+        (b"SMTP ready\r\n\r\n", "not an HTTP/1.x status line"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed header"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: -3\r\n\r\n", "bad content-length"),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "bad chunk size"),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabcd", "not followed by"),
+    ],
+)
+async def test_malformed_answers_are_transport_errors(
+    served: Serve, answer: bytes, match: str
+) -> None:
+    _, url = await served(answer)
+    http = client(url)
+    with pytest.raises(TransportError, match=match):
+        await body_of(http)
+    await http.aclose()
+
+
+async def test_a_body_cut_short_is_a_transport_error(served: Serve) -> None:
+    server, url = await served(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nshort")
+    server.close_after_each = True
+    http = client(url)
+    with pytest.raises(TransportError, match="before the end of the body"):
+        await body_of(http)
+    await http.aclose()
+
+
+async def test_nothing_listening_is_a_transport_error() -> None:
+    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = probe.sockets[0].getsockname()[1]
+    probe.close()
+    await probe.wait_closed()
+    http = client(f"http://127.0.0.1:{port}")
+    with pytest.raises(TransportError, match="cannot connect"):
+        await body_of(http)
+
+
+def test_bad_configuration_is_refused_when_the_client_is_made() -> None:
+    for url in ("ftp://host", "http://", "https://host?x=1", "http://u:p@host", "http://h:99999"):
+        with pytest.raises(ValueError):
+            client(url)
+    with pytest.raises(ValueError, match="line break"):
+        Http1Client("http://h", {"x-api-key": "a\r\nx: y"}, timeout=1, connect_timeout=1)
+
+
+def test_host_header_of_default_ports_and_ipv6() -> None:
+    assert parse_origin("https://api.example.com").host_header == "api.example.com"
+    assert parse_origin("http://[::1]:8080/v").host_header == "[::1]:8080"
+    assert parse_origin("http://h:80").host_header == "h"
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+async def test_tls_verifies_the_server_and_streams(served: Serve, tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    _, url = await served(chunked(b"secure"), ok(b"x"), tls=server_tls)
+    trusting = ssl.create_default_context(cafile=str(cert))
+    http = client(url, tls=trusting)
+    assert await body_of(http) == b"secure"
+    await http.aclose()
+    # The default roots do not know this certificate: the handshake is refused.
+    with pytest.raises(TransportError, match="cannot connect"):
+        await body_of(client(url))
