@@ -5,7 +5,9 @@ The bare loops are what a minimal store must do per event, no more: INSERT the e
 store's own schema, built by its migrations, so every index is there; the body as the same
 compact JSON the store writes, so both fsync the same bytes) and UPDATE the session's
 `last_seq` and `updated_at` (API-visible: every append moves it), in one transaction per commit,
-on a connection opened like the store's writer. They keep no projection: the store's other
+on a connection opened like the store's (`sqlite_db.connect`; the bare loop keeps SQLite's
+automatic checkpoints inside its commits, where the store checkpoints every 250 commits on its
+writer thread, waiting for it as for any write). They keep no projection: the store's other
 session columns (status, usage, stats) and its tool-call rows do not change for these events.
 The concurrent bare loop commits every `--sessions` events round-robin over `--sessions`
 sessions: the best a group commit can do when each session has one append in flight.
@@ -125,7 +127,7 @@ def bare_loop(path: Path, total: int, batch: int, size: int, sessions: int = 1) 
 async def hopped_loop(path: Path, sessions: int, per_session: int, size: int) -> Result:
     """The bare loop's statements for each event, run as one `SqliteDatabase.write` each from
     `sessions` tasks (as `store_sequential` / `store_concurrent` call `append`): the store's
-    writer thread, hand-over and group commit without the store's own logic. Not a goal: it
+    batching, commit path and group commit without the store's own logic. Not a goal: it
     splits the gap to the bare loop into what the async plumbing costs and what the store adds."""
     ids = _bare_db(path, sessions)
     db = SqliteDatabase(path)
@@ -281,13 +283,13 @@ def report(runs: dict[str, list[Result]], sessions: int) -> None:
             "bare_batched",
         ),
         [  # not a goal: the async plumbing's share of the gap (see `hopped_loop`)
-            "bare via the writer thread / bare, sequential",
+            "bare via SqliteDatabase.write / bare, sequential",
             f"{_paired_ratio(runs, 'hop_seq', 'bare1'):.2f}x",
             "",
             "",
         ],
         [
-            f"bare via the writer thread / bare, {sessions} sessions",
+            f"bare via SqliteDatabase.write / bare, {sessions} sessions",
             f"{_paired_ratio(runs, 'hop_concurrent', 'bare_batched'):.2f}x",
             "",
             "",

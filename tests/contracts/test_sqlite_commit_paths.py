@@ -133,3 +133,26 @@ async def test_checkpoints_keep_the_wal_from_growing_without_bound(
         await db.write(lambda c: c.execute("DELETE FROM big"))
     # Without checkpoints the WAL would hold every commit: 200 x 2 x 200 kB = 80 MB.
     assert wal.stat().st_size < 20_000_000
+
+
+@pytest.mark.usefixtures("fast_disk")
+async def test_a_lone_writer_commits_at_once_and_a_burst_still_shares_commits(
+    db: SqliteDatabase,
+) -> None:
+    await db.write(insert(0))  # a lone write: the next tick's first commits within the call
+    await asyncio.sleep(0)
+    done = db.write(insert(1))
+    assert done.done() and done.result() == 1
+    await asyncio.sleep(0)
+    before = db.commits
+    burst = [db.write(insert(n)) for n in range(2, 52)]
+    assert await asyncio.gather(*burst) == list(range(2, 52))
+    # The burst's first write went at once (the last batch was lone); the 49 others shared
+    # one commit after the tick.
+    assert db.commits - before == 2
+    before = db.commits
+    assert await asyncio.gather(*(db.write(insert(n)) for n in range(52, 62))) == list(
+        range(52, 62)
+    )
+    assert db.commits - before == 1  # after a shared batch, even the first write waits
+    assert rows(db) == list(range(62))

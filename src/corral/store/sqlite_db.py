@@ -117,6 +117,8 @@ class SqliteDatabase:
         """Of those, the ones the writer thread has run (written by it alone)."""
         self._commit_seconds = 0.0
         """Moving average of a batch's time, BEGIN to COMMIT."""
+        self._last_batch = 0
+        """Writes in the last batch committed on an event loop."""
         self._writer: threading.Thread | None = None
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -161,20 +163,29 @@ class SqliteDatabase:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         pending = self._pending.get(loop)
-        if pending is None:  # the tick's first write: run the tick's writes after it
-            self._pending[loop] = [(fn, loop, future)]
-            loop.call_soon(self._submit, loop)
-        else:
+        if pending is not None:
             pending.append((fn, loop, future))
+            return future
+        # The tick's first write. When the last batch was a lone write (one caller writing
+        # in sequence), commit now: the caller goes on without waiting for the loop's next
+        # iteration. Later writes of this tick still gather into one batch after it.
+        self._pending[loop] = []
+        loop.call_soon(self._submit, loop)
+        op = (fn, loop, future)
+        if not (self._last_batch == 1 and self._fast() and self._run_here([op])):
+            self._pending[loop].append(op)
         return future
 
     def _submit(self, loop: asyncio.AbstractEventLoop) -> None:
         ops = self._pending.pop(loop, None)
         if not ops:
             return
-        if self._commit_seconds < _INLINE_MAX_SECONDS and self._run_here(ops):
+        if self._fast() and self._run_here(ops):
             return
         self._hand_over(ops)
+
+    def _fast(self) -> bool:
+        return self._commit_seconds < _INLINE_MAX_SECONDS
 
     def _hand_over(self, item: Any) -> None:
         with self._count_lock:
@@ -192,6 +203,7 @@ class SqliteDatabase:
                 return False
             outcomes = self._run_batches(conn, ops)
             self.inline_commits += 1
+            self._last_batch = len(ops)
         finally:
             self._conn_lock.release()
         _settle([(op[2], ok, value) for op, (ok, value) in zip(ops, outcomes, strict=True)])
