@@ -90,27 +90,34 @@ async def append_events(
         body.setdefault("processed_at", now)
         project(summary, body)
         stored.append(StoredEvent(session_id=session_id, seq=seq, body=body))
-    if stored:
-        await _insert_events(conn, stored, now, fence)
     await postgres_calls.save_calls(conn, book)
     if wake:
         await mark_pending(conn, session_id, 0.0)
-    # Followers hear of the events (at COMMIT) from the row update itself: one statement less.
+    # The last rows go in with the row update, and followers hear of the events (at COMMIT)
+    # from that same statement: one round trip per append for both.
+    split = max(len(stored) - _ROWS, 0)
+    head, last = stored[:split], stored[split:]
+    await _insert_events(conn, head, now, fence)
+    inserts, insert_args = ("", []) if not last else _insert_cte(last, now, fence)
     told = " RETURNING pg_notify(%s, %s)" if stored else ""
-    await conn.execute(
-        "UPDATE sessions SET last_seq = %s, status = %s, usage = %s, stats = %s, "
-        f"updated_at = %s, interrupt_pending = %s WHERE id = %s{told}",
-        (
-            seq,
-            summary.status,
-            Json(summary.usage),
-            Json(summary.stats),
-            now,
-            book.interrupt_pending,
-            session_id,
-            *((EVENTS_CHANNEL, f"{session_id}:{seq}") if stored else ()),
-        ),
-    )
+    try:
+        await conn.execute(
+            f"{inserts}UPDATE sessions SET last_seq = %s, status = %s, usage = %s, stats = %s, "
+            f"updated_at = %s, interrupt_pending = %s WHERE id = %s{told}",
+            (
+                *insert_args,
+                seq,
+                summary.status,
+                Json(summary.usage),
+                Json(summary.stats),
+                now,
+                book.interrupt_pending,
+                session_id,
+                *((EVENTS_CHANNEL, f"{session_id}:{seq}") if stored else ()),
+            ),
+        )
+    except errors.UniqueViolation as exc:
+        raise Conflict(f"an event id of this append already exists: {exc}") from exc
     return stored
 
 
@@ -145,24 +152,38 @@ async def _lock_session(conn: Conn, session_id: str, fence: Fence | None) -> Tup
     return row
 
 
+_INSERT = (
+    "INSERT INTO events (session_id, seq, id, type, created_at, body, writer_owner, "
+    "writer_token) VALUES "
+)
+
+
+def _rows(stored: list[StoredEvent], now: str, fence: Fence | None) -> tuple[str, list[Any]]:
+    """The VALUES list and its arguments for `stored`."""
+    owner, token = (fence.owner, fence.token) if fence is not None else (None, None)
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(stored))
+    args = [
+        arg
+        for e in stored
+        for arg in (e.session_id, e.seq, e.id, e.type, now, Json(e.body), owner, token)
+    ]
+    return values, args
+
+
+def _insert_cte(stored: list[StoredEvent], now: str, fence: Fence | None) -> tuple[str, list[Any]]:
+    """`WITH ... INSERT` of `stored`, to prefix the statement that follows it."""
+    values, args = _rows(stored, now, fence)
+    return f"WITH inserted AS ({_INSERT}{values}) ", args
+
+
 async def _insert_events(
     conn: Conn, stored: list[StoredEvent], now: str, fence: Fence | None
 ) -> None:
-    owner, token = (fence.owner, fence.token) if fence is not None else (None, None)
     # One statement per _ROWS events (an executemany costs a pipeline round per call).
     try:
         for start in range(0, len(stored), _ROWS):
-            chunk = stored[start : start + _ROWS]
-            await conn.execute(
-                "INSERT INTO events (session_id, seq, id, type, created_at, body, writer_owner, "
-                "writer_token) VALUES "
-                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk)),
-                [
-                    arg
-                    for e in chunk
-                    for arg in (e.session_id, e.seq, e.id, e.type, now, Json(e.body), owner, token)
-                ],
-            )
+            values, args = _rows(stored[start : start + _ROWS], now, fence)
+            await conn.execute(_INSERT + values, args)
     except errors.UniqueViolation as exc:
         raise Conflict(f"an event id of this append already exists: {exc}") from exc
 
