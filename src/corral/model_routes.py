@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
+from urllib.parse import urlsplit
 
 from corral.context_window import CONTEXT_KEYS, parse_context
 from corral.pricing import Price, parse_price
@@ -89,8 +90,8 @@ def _parse_route(number: int, entry: Any) -> ModelRoute:
     if provider not in _PROVIDERS:
         raise ValueError(f"{where}: 'provider' must be one of {list(_PROVIDERS)}")
     base_url = fields["base_url"]
-    if base_url is not None and not base_url.startswith(("http://", "https://")):
-        raise ValueError(f"{where}: 'base_url' must start with http:// or https://")
+    if base_url is not None:
+        _check_base_url(where, base_url)
     if provider == "openai" and base_url is None:
         raise ValueError(f"{where}: provider 'openai' needs a 'base_url' (ending in /v1)")
     key_env = fields["api_key_env"]
@@ -117,3 +118,17 @@ def _optional_str(where: str, key: str, value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{where}: {key!r} must be a non-empty string")
     return value
+
+
+def _check_base_url(where: str, base_url: str) -> None:
+    """Refuse at load what a provider could not call: the URL is the API root, nothing more."""
+    bad = ValueError(f"{where}: 'base_url' must be an http:// or https:// URL with a host")
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 - raises ValueError on a port out of range
+    except ValueError:
+        raise bad from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise bad
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(f"{where}: 'base_url' takes no query, fragment or credentials")

@@ -65,7 +65,19 @@ def test_parse_routes_reads_models_table() -> None:
         ({"routes": [{"match": "x", "provider": "openai"}]}, "needs a 'base_url'"),
         (
             {"routes": [{"match": "x", "provider": "anthropic", "base_url": "ftp://h"}]},
-            "must start with http",
+            "must be an http:// or https:// URL",
+        ),
+        (
+            {"routes": [{"match": "x", "provider": "anthropic", "base_url": "http://h:99999"}]},
+            "must be an http:// or https:// URL",
+        ),
+        (
+            {"routes": [{"match": "x", "provider": "anthropic", "base_url": "https://h/?a=1"}]},
+            "takes no query",
+        ),
+        (
+            {"routes": [{"match": "x", "provider": "openai", "base_url": "http://u:p@h/v1"}]},
+            "takes no query, fragment or credentials",
         ),
         ({"routes": [{"match": "x", "provider": "anthropic", "key": "k"}]}, "unknown keys"),
         ({"routes": [{"match": 3, "provider": "anthropic"}]}, "'match' must be a non-empty"),
