@@ -25,6 +25,8 @@ pytestmark = pytest.mark.anyio
 
 Reply = Callable[[bytes], bytes | None]
 """The request's bytes (head and body) -> the raw answer; None: close without answering."""
+Paced = list[tuple[float, bytes]]
+"""An answer sent in pieces, each after a pause (seconds)."""
 
 
 @dataclass
@@ -32,7 +34,7 @@ class RawServer:
     """Answers the n-th request on any connection with `replies[n]`; then keeps the connection
     open unless the reply said `connection: close` (or was None)."""
 
-    replies: list[Reply | bytes | None]
+    replies: list[Reply | bytes | Paced | None]
     tls: ssl.SSLContext | None = None
     requests: list[bytes] = field(default_factory=list)
     connections: int = 0
@@ -57,6 +59,12 @@ class RawServer:
                 request = head + await reader.readexactly(length)
                 self.requests.append(request)
                 reply = self.replies.pop(0)
+                if isinstance(reply, list):
+                    for pause, piece in reply:
+                        await asyncio.sleep(pause)
+                        writer.write(piece)
+                        await writer.drain()
+                    continue
                 answer = reply(request) if callable(reply) else reply
                 if answer is None:
                     break
@@ -83,7 +91,7 @@ async def served() -> AsyncIterator[Serve]:
     servers: list[RawServer] = []
 
     async def start(
-        *replies: Reply | bytes | None, tls: ssl.SSLContext | None = None
+        *replies: Reply | bytes | Paced | None, tls: ssl.SSLContext | None = None
     ) -> tuple[RawServer, str]:
         server = RawServer(list(replies), tls=tls)
         servers.append(server)
@@ -216,6 +224,26 @@ async def test_a_stall_longer_than_the_timeout_fails(served: Serve) -> None:
     http = client(url, timeout=0.3)
     with pytest.raises(TransportError, match="no answer within"):
         await body_of(http)
+    await http.aclose()
+
+
+async def test_a_server_that_never_answers_fails_after_the_timeout(served: Serve) -> None:
+    _, url = await served([(5.0, ok(b"too late"))])
+    http = client(url, timeout=0.3)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TransportError, match="no answer within"):
+        await body_of(http)
+    assert asyncio.get_running_loop().time() - started < 3.0
+    await http.aclose()
+
+
+async def test_a_slow_steady_stream_longer_than_the_timeout_completes(served: Serve) -> None:
+    pieces = [(0.1, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")]
+    pieces += [(0.1, b"1\r\nx\r\n") for _ in range(12)]  # 1.3 s in all, 0.1 s apart
+    pieces.append((0.1, b"0\r\n\r\n"))
+    _, url = await served(pieces)
+    http = client(url, timeout=0.4)
+    assert await body_of(http) == b"x" * 12
     await http.aclose()
 
 

@@ -17,10 +17,7 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 from urllib.parse import urlsplit
-
-T = TypeVar("T")
 
 _MAX_HEAD = 64 * 1024
 """Bytes allowed for a response's status line and headers (and for one chunk-size line)."""
@@ -74,6 +71,44 @@ class _Connection:
     def close(self) -> None:
         self.writer.close()
 
+    def abort(self) -> None:
+        """Drop the connection at once: a pending read sees the end of the stream."""
+        self.writer.transport.abort()
+
+
+class _Watchdog:
+    """Aborts an exchange's connection when nothing arrives for `seconds`.
+
+    One timer per exchange, moved on only when it fires before its time, instead of a
+    timeout armed and cancelled around every read (which cost more than the read itself).
+    """
+
+    def __init__(self, conn: _Connection, seconds: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._conn = conn
+        self.seconds = seconds
+        self.last = self._loop.time()
+        self.fired = False
+        self._handle = self._loop.call_at(self.last + seconds, self._check)
+
+    def touch(self) -> None:
+        """Something arrived (or was sent): the stall is counted from now."""
+        self.last = self._loop.time()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+    def _check(self) -> None:
+        due = self.last + self.seconds
+        if self._loop.time() < due:
+            self._handle = self._loop.call_at(due, self._check)
+            return
+        self.fired = True
+        self._conn.abort()
+
+    def error(self) -> TransportError:
+        return TransportError(f"no answer within {self.seconds:g} s")
+
 
 class Response:
     """A response whose head has been read; its body is read through `chunks` or `lines`."""
@@ -84,7 +119,7 @@ class Response:
         status: int,
         reason: str,
         headers: dict[str, str],
-        timeout: float,
+        watchdog: _Watchdog,
         keep_alive: bool,
     ) -> None:
         self.status = status
@@ -92,7 +127,7 @@ class Response:
         self.headers = headers
         """Header names in lower case; a repeated header keeps its last value."""
         self._conn = conn
-        self._timeout = timeout
+        self._watchdog = watchdog
         self._keep_alive = keep_alive
         self._done = False
 
@@ -102,7 +137,7 @@ class Response:
         return self._done and self._keep_alive
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive (each read bounded by the client's timeout)."""
+        """The body's bytes as they arrive (a stall longer than the client's timeout fails)."""
         if self._done:
             return
         if self.status in (204, 304) or 100 <= self.status < 200:
@@ -175,14 +210,23 @@ class Response:
             yield data
 
     async def _read(self, pending: Awaitable[bytes]) -> bytes:
+        watchdog = self._watchdog
         try:
-            return await _bounded(pending, self._timeout)
+            data = await pending
         except asyncio.IncompleteReadError:
+            if watchdog.fired:
+                raise watchdog.error() from None
             raise TransportError("connection closed in the middle of the body") from None
         except asyncio.LimitOverrunError:
             raise TransportError("chunk size line too long") from None
-        except ConnectionError as exc:
+        except OSError as exc:  # ConnectionError, ssl.SSLError
+            if watchdog.fired:
+                raise watchdog.error() from None
             raise TransportError(f"connection lost: {exc!r}") from exc
+        if watchdog.fired:  # a read that ends at the end of the stream returns b""
+            raise watchdog.error()
+        watchdog.touch()
+        return data
 
 
 class Http1Client:
@@ -232,20 +276,24 @@ class Http1Client:
         conn, reused = self._take_idle(), True
         if conn is None:
             conn, reused = await self._connect(), False
+        watchdog = _Watchdog(conn, self._timeout)
         response: Response | None = None
         try:
             try:
-                response = await self._exchange(conn, request)
+                response = await self._exchange(conn, request, watchdog)
             except _Stale:
                 conn.close()
+                watchdog.cancel()
                 if not reused:
                     raise TransportError("server closed the connection without answering") from None
                 # A kept-alive connection the server had closed: the request never reached
                 # it, so it is sent once more on a new connection.
                 conn = await self._connect()
-                response = await self._exchange(conn, request)
+                watchdog = _Watchdog(conn, self._timeout)
+                response = await self._exchange(conn, request, watchdog)
             yield response
         finally:
+            watchdog.cancel()
             if response is not None and response.reusable and len(self._idle) < _MAX_IDLE:
                 self._idle.append(conn)
             else:
@@ -288,27 +336,12 @@ class Http1Client:
             self._tls = _default_tls()
         return self._tls
 
-    async def _exchange(self, conn: _Connection, request: bytes) -> Response:
+    async def _exchange(self, conn: _Connection, request: bytes, watchdog: _Watchdog) -> Response:
         """Write the request and read the response's head (skipping interim 1xx heads)."""
-        try:
-            conn.writer.write(request)
-            await _bounded(conn.writer.drain(), self._timeout)
-        except ConnectionError as exc:
-            raise _Stale() from exc
+        await _send(conn, request, watchdog)
         first = True
         while True:
-            try:
-                head = await _bounded(conn.reader.readuntil(b"\r\n\r\n"), self._timeout)
-            except asyncio.IncompleteReadError as exc:
-                if first and not exc.partial:
-                    raise _Stale() from exc
-                raise TransportError("connection closed in the middle of a response head") from exc
-            except ConnectionError as exc:
-                if first:
-                    raise _Stale() from exc
-                raise TransportError(f"connection lost: {exc!r}") from exc
-            except asyncio.LimitOverrunError as exc:
-                raise TransportError("response head too large") from exc
+            head = await _read_head(conn, watchdog, first)
             first = False
             status, reason, version, headers = _parse_head(head)
             if 100 <= status < 200 and status != 101:
@@ -316,26 +349,46 @@ class Http1Client:
             keep_alive = (
                 version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
             )
-            return Response(conn, status, reason, headers, self._timeout, keep_alive)
+            return Response(conn, status, reason, headers, watchdog, keep_alive)
+
+
+async def _send(conn: _Connection, request: bytes, watchdog: _Watchdog) -> None:
+    try:
+        conn.writer.write(request)
+        await conn.writer.drain()
+    except OSError as exc:
+        if watchdog.fired:
+            raise watchdog.error() from None
+        if isinstance(exc, ConnectionError):
+            raise _Stale() from exc
+        raise TransportError(f"sending failed: {exc!r}") from exc
+    watchdog.touch()
+
+
+async def _read_head(conn: _Connection, watchdog: _Watchdog, first: bool) -> bytes:
+    """A response head; `_Stale` when the first one finds the connection closed unanswered."""
+    try:
+        head = await conn.reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as exc:
+        if watchdog.fired:
+            raise watchdog.error() from None
+        if first and not exc.partial:
+            raise _Stale() from exc
+        raise TransportError("connection closed in the middle of a response head") from exc
+    except asyncio.LimitOverrunError as exc:
+        raise TransportError("response head too large") from exc
+    except OSError as exc:
+        if watchdog.fired:
+            raise watchdog.error() from None
+        if first and isinstance(exc, ConnectionError):
+            raise _Stale() from exc
+        raise TransportError(f"connection lost: {exc!r}") from exc
+    watchdog.touch()
+    return head
 
 
 class _Stale(Exception):
     """The server answered nothing and closed: on a kept-alive connection, send again."""
-
-
-async def _bounded(pending: Awaitable[T], seconds: float) -> T:
-    """Await `pending` (a stream read or a drain) for at most `seconds`. A timeout or an
-    error of the socket or TLS becomes a `TransportError`; a closed or reset connection and
-    an over-long line stay as they are, for the caller to say what they mean there."""
-    try:
-        async with asyncio.timeout(seconds):
-            return await pending
-    except TimeoutError:
-        raise TransportError(f"no answer within {seconds:g} s") from None
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-        raise
-    except OSError as exc:  # ssl.SSLError is one
-        raise TransportError(repr(exc)) from exc
 
 
 def _parse_head(head: bytes) -> tuple[int, str, str, dict[str, str]]:
