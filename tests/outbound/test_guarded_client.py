@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import ssl
 import threading
 from collections.abc import Iterator
@@ -12,12 +11,9 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from corral.outbound import OutboundRefused, guarded_client, server_policy
+from tests.tls import self_signed
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -86,33 +82,8 @@ def test_unix_sockets_are_never_used() -> None:
         anyio.run(main)
 
 
-def _certificate(tmp: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )  # fmt: skip
-    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 def test_tls_keeps_the_name_while_connecting_to_the_checked_address(tmp_path: Path) -> None:
-    cert, key = _certificate(tmp_path)
+    cert, key = self_signed(tmp_path)
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_context.load_cert_chain(cert, key)
