@@ -1,0 +1,116 @@
+"""`make demo` from a fresh clone on a stock Debian 12 whose only Python is the system python3.
+
+The root is `debootstrap --variant=minbase bookworm` plus Debian's `python3` and `make`: no pip,
+no venv module, no uv, and python3 externally managed (PEP 668). Slow (minutes; it downloads
+from the Debian mirror and PyPI), so it runs only with CORRAL_TEST_STOCK_DEBIAN=1, as `.ci/run`
+sets; run it alone with `CORRAL_TEST_STOCK_DEBIAN=1 uv run pytest -m deploy tests/install`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.install.debian_root import bookworm_minbase_tar
+
+pytestmark = [
+    pytest.mark.deploy,
+    pytest.mark.skipif(
+        os.environ.get("CORRAL_TEST_STOCK_DEBIAN") != "1",
+        reason="slow; set CORRAL_TEST_STOCK_DEBIAN=1 to run",
+    ),
+    pytest.mark.timeout(1800),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+CLONE = "root/work/corral"
+"""An ordinary folder of root's, relative to the Debian root, where the clone goes."""
+CA_INSIDE = "/run/corral-ca.crt"
+
+# A private mount namespace whose root is the Debian tree (pivot_root, not chroot: inside a
+# chroot the kernel refuses the user namespaces bubblewrap makes for the demo's sandboxes).
+# The host's CA bundle is bind-mounted read-only, never copied into the tree.
+ENTER = """
+set -eu
+root=$1 ca=$2; shift 2
+mount --bind "$root" "$root"
+mount -t proc proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --rbind /dev "$root/dev"
+touch "$root/run/corral-ca.crt"
+mount --bind "$ca" "$root/run/corral-ca.crt"
+mount -o remount,bind,ro "$root/run/corral-ca.crt"
+cd "$root"
+mkdir .host
+pivot_root . .host
+umount -l /.host
+rmdir /.host
+exec chroot / "$@"
+"""
+
+# What the operator types, after checking the machine really is stock (`! cmd` would not stop
+# `set -e`, hence `cmd && exit 1`).
+INSIDE = f"""
+set -eux
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends python3 make >/dev/null
+test -f /usr/lib/python3.11/EXTERNALLY-MANAGED
+command -v uv && exit 1
+python3 -m pip --version && exit 1
+python3 -c 'import ensurepip' && exit 1
+cd /{CLONE}
+make demo
+test -s corral-demo-outputs/server.log
+"""
+
+
+def _ca_bundle() -> str:
+    """The bundle this machine's TLS inspection needs (the system one if none is named)."""
+    for name in ("SSL_CERT_FILE", "PIP_CERT"):
+        if os.environ.get(name):
+            return os.environ[name]
+    return "/etc/ssl/certs/ca-certificates.crt"
+
+
+def _inside_env() -> list[str]:
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "DEBIAN_FRONTEND": "noninteractive",
+        "SSL_CERT_FILE": CA_INSIDE,
+        "PIP_CERT": CA_INSIDE,
+    }
+    # Other test processes run sandboxes on this host at the same time: keep to this one's uids.
+    if os.environ.get("CORRAL_SANDBOX_UID_RANGE"):
+        env["CORRAL_SANDBOX_UID_RANGE"] = os.environ["CORRAL_SANDBOX_UID_RANGE"]
+    return [f"{k}={v}" for k, v in env.items()]
+
+
+def test_make_demo_from_a_fresh_clone_on_stock_debian(tmp_path: Path) -> None:
+    started = time.monotonic()
+    root = tmp_path / "root"
+    root.mkdir()
+    try:
+        subprocess.run(["tar", "-C", str(root), "-xf", str(bookworm_minbase_tar())], check=True)
+        shutil.copyfile("/etc/resolv.conf", root / "etc/resolv.conf")
+        subprocess.run(["git", "clone", "--quiet", str(REPO), str(root / CLONE)], check=True)
+        done = subprocess.run(
+            ["unshare", "--mount", "--pid", "--fork", "--propagation", "private"]
+            + ["sh", "-c", ENTER, "enter", str(root), _ca_bundle()]
+            + ["/usr/bin/env", "-i", *_inside_env(), "/bin/bash", "-c", INSIDE],
+            capture_output=True,
+            text=True,
+            timeout=1700,
+        )
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        assert "solved" in done.stdout
+        print(f"stock Debian make demo: {time.monotonic() - started:.0f} s wall")
+    finally:
+        # The namespace (and its mounts) died with its last process: only plain files remain.
+        shutil.rmtree(root, ignore_errors=True)
