@@ -4,7 +4,7 @@
 
 # uv: the one on PATH, else python3's module, else a private copy in a bootstrap venv. Never
 # `pip install` into python3 itself: Debian's is externally managed (PEP 668) and refuses.
-# Override with `make UV=/path/to/uv ...`.
+# Override with `make UV=/path/to/uv ...` (or UV in the environment, which `uv run` sets).
 UV_BOOTSTRAP ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/corral/uv-bootstrap
 ifndef UV
 UV := $(shell if uv --version >/dev/null 2>&1; then echo uv; \
@@ -53,8 +53,9 @@ demo: install
 	$(UV) run corral demo
 
 # The wheel and sdist `pipx install` / `pip install` take (dist/corral-*.whl).
+DIST_DIR ?= dist
 dist: uv
-	$(UV) build --quiet --out-dir dist
+	$(UV) build --quiet --out-dir '$(DIST_DIR)'
 
 test: install browser
 	$(UV) run pytest -q -n $(TEST_WORKERS) --dist loadfile

@@ -71,6 +71,9 @@ def _build(target: Path) -> None:
             check=True,
             stdout=subprocess.DEVNULL,
         )
+        # debootstrap leaves the root as private as the temporary folder it is in; a Debian
+        # `/` is 0755, or no user but root (apt's _apt, a sandbox's uid) can reach anything.
+        root.chmod(0o755)
         partial = Path(tmp) / target.name
         subprocess.run(
             ["tar", "-C", str(root), "--numeric-owner", "-cf", str(partial), "."], check=True

@@ -98,6 +98,7 @@ def test_make_demo_from_a_fresh_clone_on_stock_debian(tmp_path: Path) -> None:
     root.mkdir()
     try:
         subprocess.run(["tar", "-C", str(root), "-xf", str(bookworm_minbase_tar())], check=True)
+        root.chmod(0o755)  # as on any Debian, whatever mode the tarball's `./` carries
         shutil.copyfile("/etc/resolv.conf", root / "etc/resolv.conf")
         subprocess.run(["git", "clone", "--quiet", str(REPO), str(root / CLONE)], check=True)
         done = subprocess.run(
