@@ -9,7 +9,6 @@ sets; run it alone with `CORRAL_TEST_STOCK_DEBIAN=1 uv run pytest -m deploy test
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -32,19 +31,24 @@ CLONE = "root/work/corral"
 """An ordinary folder of root's, relative to the Debian root, where the clone goes."""
 CA_INSIDE = "/run/corral-ca.crt"
 
-# A private mount namespace whose root is the Debian tree (pivot_root, not chroot: inside a
-# chroot the kernel refuses the user namespaces bubblewrap makes for the demo's sandboxes).
-# The host's CA bundle is bind-mounted read-only, never copied into the tree.
-ENTER = """
+# A private mount namespace whose root is a tmpfs holding the Debian tree (pivot_root, not
+# chroot: inside a chroot the kernel refuses the user namespaces bubblewrap makes for the
+# demo's sandboxes). The tmpfs dies with the namespace, so nothing is left to delete. The
+# host's CA bundle is bind-mounted read-only, never copied into the tree.
+ENTER = f"""
 set -eu
-root=$1 ca=$2; shift 2
-mount --bind "$root" "$root"
+root=$1 tarball=$2 repo=$3 ca=$4; shift 4
+mount -t tmpfs -o size=8g corral-stock-debian "$root"
+tar -C "$root" -xf "$tarball"
+chmod 0755 "$root"  # as on any Debian, whatever mode the tarball's ./ carries
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+git clone --quiet "$repo" "$root/{CLONE}"
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"
-touch "$root/run/corral-ca.crt"
-mount --bind "$ca" "$root/run/corral-ca.crt"
-mount -o remount,bind,ro "$root/run/corral-ca.crt"
+touch "$root{CA_INSIDE}"
+mount --bind "$ca" "$root{CA_INSIDE}"
+mount -o remount,bind,ro "$root{CA_INSIDE}"
 cd "$root"
 mkdir .host
 pivot_root . .host
@@ -66,6 +70,7 @@ python3 -c 'import ensurepip' && exit 1
 cd /{CLONE}
 make demo
 test -s corral-demo-outputs/server.log
+df -h / >&2
 """
 
 
@@ -94,24 +99,15 @@ def _inside_env() -> list[str]:
 
 def test_make_demo_from_a_fresh_clone_on_stock_debian(tmp_path: Path) -> None:
     started = time.monotonic()
-    root = tmp_path / "root"
-    root.mkdir()
-    try:
-        subprocess.run(["tar", "-C", str(root), "-xf", str(bookworm_minbase_tar())], check=True)
-        root.chmod(0o755)  # as on any Debian, whatever mode the tarball's `./` carries
-        shutil.copyfile("/etc/resolv.conf", root / "etc/resolv.conf")
-        subprocess.run(["git", "clone", "--quiet", str(REPO), str(root / CLONE)], check=True)
-        done = subprocess.run(
-            ["unshare", "--mount", "--pid", "--fork", "--propagation", "private"]
-            + ["sh", "-c", ENTER, "enter", str(root), _ca_bundle()]
-            + ["/usr/bin/env", "-i", *_inside_env(), "/bin/bash", "-c", INSIDE],
-            capture_output=True,
-            text=True,
-            timeout=1700,
-        )
-        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-        assert "solved" in done.stdout
-        print(f"stock Debian make demo: {time.monotonic() - started:.0f} s wall")
-    finally:
-        # The namespace (and its mounts) died with its last process: only plain files remain.
-        shutil.rmtree(root, ignore_errors=True)
+    tarball = bookworm_minbase_tar()
+    done = subprocess.run(
+        ["unshare", "--mount", "--pid", "--fork", "--propagation", "private"]
+        + ["sh", "-c", ENTER, "enter", str(tmp_path), str(tarball), str(REPO), _ca_bundle()]
+        + ["/usr/bin/env", "-i", *_inside_env(), "/bin/bash", "-c", INSIDE],
+        capture_output=True,
+        text=True,
+        timeout=1700,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "solved" in done.stdout
+    print(f"stock Debian make demo: {time.monotonic() - started:.0f} s wall")
