@@ -57,8 +57,9 @@ DIST_DIR ?= dist
 dist: uv
 	$(UV) build --quiet --out-dir '$(DIST_DIR)'
 
+# PYTEST_ARGS narrows or extends the run, e.g. `make test PYTEST_ARGS=tests/console`.
 test: install browser
-	$(UV) run pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(UV) run pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint:
 	$(UV) run ruff check src tests bench

@@ -1,4 +1,4 @@
-"""`make demo` from a fresh clone on a stock Debian 12 whose only Python is the system python3.
+"""`make demo` and `make test` from a fresh clone on a stock Debian 12 whose only Python is python3.
 
 The root is `debootstrap --variant=minbase bookworm` plus Debian's `python3` and `make`: no pip,
 no venv module, no uv, and python3 externally managed (PEP 668). Slow (minutes; it downloads
@@ -30,6 +30,9 @@ REPO = Path(__file__).resolve().parents[2]
 CLONE = "root/work/corral"
 """An ordinary folder of root's, relative to the Debian root, where the clone goes."""
 CA_INSIDE = "/run/corral-ca.crt"
+MAKE_TEST_FILES = ("tests/install/test_make_uv.py", "tests/console/test_console.py")
+"""What `make test` runs there: enough to prove its installs and its pytest run work (the CI job
+runs the whole suite on the host already); the console's test needs the chromium it adds."""
 
 # A private mount namespace whose root is a tmpfs holding the Debian tree (pivot_root, not
 # chroot: inside a chroot the kernel refuses the user namespaces bubblewrap makes for the
@@ -60,7 +63,7 @@ exec chroot / "$@"
 # What the operator types, after checking the machine really is stock (`! cmd` would not stop
 # `set -e`, hence `cmd && exit 1`).
 INSIDE = f"""
-set -eux
+set -euxo pipefail
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends python3 make >/dev/null
 test -f /usr/lib/python3.11/EXTERNALLY-MANAGED
@@ -70,6 +73,9 @@ python3 -c 'import ensurepip' && exit 1
 cd /{CLONE}
 make demo
 test -s corral-demo-outputs/server.log
+make test PYTEST_ARGS="{" ".join(MAKE_TEST_FILES)}" | tee /tmp/make-test.log
+grep -q ' passed' /tmp/make-test.log
+grep -q 'skipped' /tmp/make-test.log && exit 1
 df -h / >&2
 """
 
@@ -97,7 +103,7 @@ def _inside_env() -> list[str]:
     return [f"{k}={v}" for k, v in env.items()]
 
 
-def test_make_demo_from_a_fresh_clone_on_stock_debian(tmp_path: Path) -> None:
+def test_make_demo_and_test_from_a_fresh_clone_on_stock_debian(tmp_path: Path) -> None:
     started = time.monotonic()
     tarball = bookworm_minbase_tar()
     done = subprocess.run(
@@ -110,4 +116,4 @@ def test_make_demo_from_a_fresh_clone_on_stock_debian(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "solved" in done.stdout
-    print(f"stock Debian make demo: {time.monotonic() - started:.0f} s wall")
+    print(f"stock Debian make demo and make test: {time.monotonic() - started:.0f} s wall")
