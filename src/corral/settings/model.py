@@ -401,7 +401,13 @@ class Settings(BaseSettings):
     price, context_window, compaction_threshold, compaction_model (README "Models")."""
     anthropic_skills: Annotated[
         Mapping[str, Path],
-        Key(toml="skills.anthropic", env="json", named_errors=True, doc_type="table"),
+        Key(
+            toml="skills.anthropic",
+            label="[skills.anthropic]",
+            env="json",
+            named_errors=True,
+            doc_type="table",
+        ),
         PlainValidator(_anthropic_skills),
     ] = Field(default_factory=dict)
     """Anthropic skill ids (`xlsx`) -> absolute paths of local skill directories (each with a

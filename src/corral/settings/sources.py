@@ -170,25 +170,31 @@ def _unknown(
 ) -> str:
     *prefix, key = here
     if is_table:
-        what = f"unknown section [{'.'.join(here)}]"
+        what = f"unknown section [{'.'.join(here)}] in"
     elif prefix:
-        what = f"unknown key {key!r} in [{'.'.join(prefix)}]"
+        what = f"unknown key {key!r} in [{'.'.join(prefix)}] of"
     else:
-        what = f"unknown key {key!r} outside any section"
-    siblings = {p[len(prefix)]: p[: len(prefix) + 1] for p in (*by_path, *sections)}
-    siblings = {k: p for k, p in siblings.items() if list(p[:-1]) == prefix}
+        what = f"unknown key {key!r} outside any section of"
+    depth = len(prefix)
+    siblings = {
+        p[depth]: p[: depth + 1]
+        for p in (*by_path, *sections)
+        if len(p) > depth and list(p[:depth]) == prefix
+    }
     close = difflib.get_close_matches(key, list(siblings), n=1)
     if close:
         target = siblings[close[0]]
     else:  # `port = 1` at the top, or a key in the wrong section: match the leaf names
-        leaves = {p[-1]: p for p in by_path}
+        leaves: dict[str, tuple[str, ...]] = {}
+        for path in by_path:  # [server] first: `port` means the server's
+            leaves.setdefault(path[-1], path)
         near = difflib.get_close_matches(key, list(leaves), n=1, cutoff=0.8)
         if not near:
             valid = ", ".join(sorted(siblings))
-            return f"{what} in {file} (valid here: {valid})"
+            return f"{what} {file} (valid here: {valid})"
         target = leaves[near[0]]
     hint = keys()[by_path[target]].display if target in by_path else f"[{'.'.join(target)}]"
-    return f"{what} in {file}; did you mean {hint}?"
+    return f"{what} {file}; did you mean {hint}?"
 
 
 def _resolved(key: Key, value: Any, base: Path) -> Any:
