@@ -115,6 +115,8 @@ def _default(name: str, key: Key) -> str:
 
 
 def _variables(name: str, key: Key) -> str:
+    if name == "web_search":
+        return "`CORRAL_WEB_SEARCH_<KEY>` (one per key, below)"
     form = {"csv": " (comma-separated)", "json": " (JSON)"}.get(key.env, "")
     if Settings.model_fields[name].annotation is bool:
         form = " (`1` or `0`)"
@@ -132,13 +134,13 @@ def docs() -> str:
     for name, key in keys().items():
         if key.path[0] != section:
             section = key.path[0]
-            lines += ["", f"## [{section}]", "", "| key | environment | type | default | |"]
+            lines += ["", f"## [{section}]", "", "| key | environment | type | default | description |"]
             lines.append("|---|---|---|---|---|")
         description = _cell(Settings.model_fields[name].description or "")
         row = [f"`{key.display}`", _variables(name, key), _type_name(name, key)]
         lines.append("| " + " | ".join([*row, _default(name, key), description]) + " |")
     lines += ["", "The keys of `[web_search]`, each also a variable:", ""]
-    lines += ["| key | environment | |", "|---|---|---|"]
+    lines += ["| key | environment | description |", "|---|---|---|"]
     for sub, text in WEB_SEARCH_KEYS.items():
         lines.append(f"| `{sub}` | `CORRAL_WEB_SEARCH_{sub.upper()}` | {_cell(text)} |")
     return "\n".join(lines) + "\n"
