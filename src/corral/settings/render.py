@@ -19,6 +19,7 @@ from corral.web_search_config import WebSearchConfig
 
 REDACTED = "***"
 _SECRET_PARAM = re.compile(r"pass|secret|token|key|auth|credential", re.IGNORECASE)
+_HEADER = "| key | environment | type | default | description |"
 DOCS_COMMAND = "uv run corral config docs > docs/configuration.md"
 
 
@@ -134,8 +135,7 @@ def docs() -> str:
     for name, key in keys().items():
         if key.path[0] != section:
             section = key.path[0]
-            lines += ["", f"## [{section}]", "", "| key | environment | type | default | description |"]
-            lines.append("|---|---|---|---|---|")
+            lines += ["", f"## [{section}]", "", _HEADER, "|---|---|---|---|---|"]
         description = _cell(Settings.model_fields[name].description or "")
         row = [f"`{key.display}`", _variables(name, key), _type_name(name, key)]
         lines.append("| " + " | ".join([*row, _default(name, key), description]) + " |")
