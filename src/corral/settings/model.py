@@ -283,10 +283,14 @@ class Settings(BaseSettings):
     """Interface the API (and a worker's /metrics) binds."""
     port: Annotated[int, Key(toml="server.port"), AfterValidator(_port)] = 8080
     """Port the API binds."""
-    data_dir: Annotated[Path, Key(toml="server.data_dir", resolve="path")] = Path(".corral")
+    data_dir: Annotated[
+        Path, Key(toml="server.data_dir", resolve="path"), AfterValidator(_cwd_path)
+    ] = Path(".corral")
     """Sessions' workspaces, blobs, skills, the SQLite database, generated keys."""
     database_url: Annotated[
-        str | None, Key(toml="server.database_url", secret=True, resolve="database")
+        str | None,
+        Key(toml="server.database_url", secret=True, resolve="database"),
+        AfterValidator(_cwd_database),
     ] = None
     """`postgresql://…` (shared by every process), `sqlite:///path` or a file path;
     unset: `DATA_DIR/corral.db`."""
@@ -419,16 +423,6 @@ class Settings(BaseSettings):
     ] = None
     """The provider serving the `web_search` tool (unset: enabling it is refused; see
     docs/web_search.md)."""
-
-    @field_validator("data_dir", mode="after")
-    @classmethod
-    def _absolute_data_dir(cls, value: Path) -> Path:
-        return _cwd_path(value)
-
-    @field_validator("database_url", mode="after")
-    @classmethod
-    def _absolute_database(cls, value: str | None) -> str | None:
-        return _cwd_database(value)
 
     @field_validator("web_search", mode="before")
     @classmethod

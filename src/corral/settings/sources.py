@@ -85,7 +85,7 @@ def load(
     env = dict(os.environ if environ is None else environ)
     path = _config_path(config_file, env, require_file)
     values: dict[str, tuple[Any, Origin]] = {}
-    if path.is_file() or path.exists():
+    if path.exists():
         values.update(read_file(path))
     values.update(read_env(env))
     web_search_variables = [v for v in WEB_SEARCH_VARIABLES if env.get(v)]
