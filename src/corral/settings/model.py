@@ -8,33 +8,25 @@ and so on. Each field carries a `Key` naming where it lives in corral.toml and h
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BeforeValidator,
-    Field,
-    PlainValidator,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import AfterValidator, Field, PlainValidator, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from corral.model_routes import ModelRoute, parse_routes
-from corral.netpolicy import BYTES_BUDGET, IDLE_SECONDS, MAX_CONNECTIONS, EgressSettings, parse_rule
-from corral.vault.crypto import decode_key
+from corral.model_routes import ModelRoute
+from corral.netpolicy import BYTES_BUDGET, IDLE_SECONDS, MAX_CONNECTIONS, EgressSettings
+from corral.settings import checks
+from corral.settings.checks import Flag, Positive
 from corral.web_search_config import WebSearchConfig, parse_web_search
 
 EnvKind = Literal["text", "csv", "json"]
 """How a variable's text becomes a value: as is (pydantic parses numbers), comma-separated,
 or JSON (the tables of [[models.routes]] and [skills.anthropic])."""
 Resolve = Literal["none", "path", "program", "database"]
-"""Which values are paths made absolute at load (see `absolute_path`)."""
+"""Which values are paths made absolute at load (see `checks.absolute_path`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,189 +61,6 @@ class Key:
         return f"[{'.'.join(tables)}] {key}" if tables else f"[{key}]"
 
 
-class FullTracesUrl(str):
-    """An OTLP traces URL given whole (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`): used as is."""
-
-    __slots__ = ()
-
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_DB_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
-
-
-def absolute_path(value: str | Path, base: Path) -> Path:
-    """`value` with `~` expanded, made absolute against `base`, `..` folded."""
-    return Path(os.path.normpath(base / Path(value).expanduser()))
-
-
-def absolute_database(url: str, base: Path) -> str:
-    """A PostgreSQL URL as is; `sqlite:///PATH` or a plain file path with the path absolute.
-
-    Raises:
-        ValueError: another scheme (it would otherwise become a SQLite file of that name).
-    """
-    if url.startswith("sqlite:///"):
-        return "sqlite:///" + str(absolute_path(url.removeprefix("sqlite:///"), base))
-    scheme = _DB_SCHEME.match(url)
-    if scheme is None:
-        return str(absolute_path(url, base))
-    if scheme.group(1).lower() in ("postgresql", "postgres") and url[scheme.end() :][:2] == "//":
-        return url
-    if scheme.group(1).lower() == "sqlite":
-        raise ValueError("must look like sqlite:///relative/path or sqlite:////absolute/path")
-    raise ValueError(
-        f"has scheme {scheme.group(1)!r}: use postgresql://…, sqlite:///path or a file path"
-    )
-
-
-def absolute_program(value: str, base: Path) -> str:
-    """A program name as is (looked up on PATH); a path to one made absolute."""
-    return str(absolute_path(value, base)) if "/" in value else value
-
-
-def _flag(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if value in ("0", "1"):
-        return value == "1"
-    raise ValueError(f"must be true or false (1 or 0 in the environment), got {value!r}")
-
-
-def _positive(value: float) -> float:
-    if value <= 0:
-        raise ValueError(f"must be positive, got {value}")
-    return value
-
-
-def _port(value: int | None) -> int | None:
-    if value is not None and not 0 < value < 65536:
-        raise ValueError(f"must be a port number, got {value}")
-    return value
-
-
-def _cwd_path(value: Path) -> Path:
-    return absolute_path(value, Path.cwd())
-
-
-def _cwd_database(value: str | None) -> str | None:
-    return absolute_database(value, Path.cwd()) if value else None
-
-
-def _cwd_program(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must name a program")
-    return absolute_program(value, Path.cwd())
-
-
-def _log_level(value: object) -> str:
-    if not isinstance(value, str) or value.strip().upper() not in LOG_LEVELS:
-        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
-    return value.strip().upper()
-
-
-def _vault_key(value: str | None) -> str | None:
-    """Checked now, so a mistyped key is named at start and not at a session's first secret."""
-    if value is None:
-        return None
-    entries = [e for e in (p.strip() for p in value.split(",")) if e]
-    if not entries:
-        raise ValueError("is empty")
-    for number, entry in enumerate(entries, start=1):
-        try:
-            decode_key(entry)
-        except ValueError as exc:  # the message never echoes the key
-            raise ValueError(f"entry {number}: {exc}") from None
-    return value
-
-
-def _keys(value: object) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise ValueError("must be a list of keys")
-    if not all(isinstance(k, str) for k in value):
-        raise ValueError("must be a list of strings")
-    return tuple(k.strip() for k in value if k.strip())
-
-
-def _allow_private(entries: object) -> tuple[str, ...]:
-    if not isinstance(entries, list | tuple) or not all(isinstance(e, str) for e in entries):
-        raise ValueError("[egress] allow_private must be a list of strings")
-    for entry in entries:
-        parse_rule(entry)
-    return tuple(e.strip() for e in entries if e.strip())
-
-
-def _uid_range(value: object) -> tuple[int, int]:
-    """A uid range from "FIRST-LAST" or [FIRST, LAST]; raises ValueError naming the fault."""
-    first: object = None
-    last: object = None
-    if isinstance(value, list | tuple) and len(value) == 2:
-        first, last = value
-    elif isinstance(value, str):
-        head, _, tail = value.strip().partition("-")
-        if head.strip().isdigit() and tail.strip().isdigit():
-            first, last = int(head), int(tail)
-    if type(first) is not int or type(last) is not int:
-        raise ValueError(f'sandbox_uid_range must look like "FIRST-LAST", got {value!r}')
-    # 0 is root, 65534 nobody, 65535 and 2^32-1 are (uid_t)-1 to old and new software
-    if not 0 < first <= last < 2**32 - 1 or any(first <= u <= last for u in (65534, 65535)):
-        raise ValueError(f"sandbox_uid_range {first}-{last} is not a range of ordinary uids")
-    return first, last
-
-
-def _routes(value: object) -> tuple[ModelRoute, ...]:
-    if isinstance(value, tuple) and all(isinstance(r, ModelRoute) for r in value):
-        return value
-    return tuple(parse_routes({"routes": value}))
-
-
-_SKILL_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
-
-
-def _anthropic_skills(table: object) -> dict[str, Path]:
-    """`[skills.anthropic]` entries, each a directory holding a SKILL.md that sandboxes (their
-    own uids) can read; raises ValueError naming the entry."""
-    if not isinstance(table, Mapping):
-        raise ValueError('[skills.anthropic] must be a table like xlsx = "/opt/skills/xlsx"')
-    out: dict[str, Path] = {}
-    for skill_id, raw in table.items():
-        value = str(raw) if isinstance(raw, Path) else raw
-        where = f"[skills.anthropic] {skill_id}"
-        if not _SKILL_ID.match(skill_id) or skill_id.startswith("skill_"):
-            raise ValueError(f"{where}: not an Anthropic skill id (such as xlsx or pdf)")
-        if not isinstance(value, str) or not value.startswith("/"):
-            raise ValueError(f"{where}: must be the absolute path of a skill directory")
-        path = Path(value)
-        skill_md = path / "SKILL.md"
-        if not path.is_dir() or not skill_md.is_file():
-            raise ValueError(f"{where}: {value} is not a directory with a SKILL.md")
-        if path.stat().st_mode & 0o005 != 0o005 or skill_md.stat().st_mode & 0o004 == 0:
-            raise ValueError(
-                f"{where}: {value} and its SKILL.md must be readable by all (sandboxes run "
-                "as their own users)"
-            )
-        out[skill_id] = path
-    return out
-
-
-def _traces_url(value: str | None) -> str | None:
-    """An OTLP/HTTP traces URL; a base URL gets `/v1/traces` as the OTLP spec says."""
-    if value is None:
-        return None
-    url = value.strip()
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"must be an http(s) URL, got {url!r}")
-    return url if isinstance(value, FullTracesUrl) else url.rstrip("/") + "/v1/traces"
-
-
-def _non_empty(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must be a non-empty string")
-    return value.strip()
-
-
-Flag = Annotated[bool, BeforeValidator(_flag)]
-Positive = AfterValidator(_positive)
-
 WEB_SEARCH_KEYS: dict[str, str] = {
     "provider": "`searxng`, `brave` or `tavily`; unset: the `web_search` tool is refused.",
     "url": "The provider's root (required for searxng; the hosted APIs have defaults).",
@@ -281,21 +90,23 @@ class Settings(BaseSettings):
 
     host: Annotated[str, Key(toml="server.host")] = "127.0.0.1"
     """Interface the API (and a worker's /metrics) binds."""
-    port: Annotated[int, Key(toml="server.port"), AfterValidator(_port)] = 8080
+    port: Annotated[int, Key(toml="server.port"), AfterValidator(checks.port)] = 8080
     """Port the API binds."""
     data_dir: Annotated[
-        Path, Key(toml="server.data_dir", resolve="path"), AfterValidator(_cwd_path)
+        Path, Key(toml="server.data_dir", resolve="path"), AfterValidator(checks.cwd_path)
     ] = Path(".corral")
     """Sessions' workspaces, blobs, skills, the SQLite database, generated keys."""
     database_url: Annotated[
         str | None,
         Key(toml="server.database_url", secret=True, resolve="database"),
-        AfterValidator(_cwd_database),
+        AfterValidator(checks.cwd_database),
     ] = None
     """`postgresql://…` (shared by every process), `sqlite:///path` or a file path;
     unset: `DATA_DIR/corral.db`."""
     api_keys: Annotated[
-        tuple[str, ...], Key(toml="server.api_keys", env="csv", secret=True), PlainValidator(_keys)
+        tuple[str, ...],
+        Key(toml="server.api_keys", env="csv", secret=True),
+        PlainValidator(checks.keys),
     ] = ()
     """Keys clients send as `x-api-key`; unset: one generated into `DATA_DIR/api_key`."""
     workers: Annotated[int, Key(toml="server.workers"), Field(ge=0)] = 256
@@ -328,13 +139,13 @@ class Settings(BaseSettings):
     sse_ping_seconds: Annotated[float, Key(toml="server.sse_ping_seconds"), Positive] = 15.0
     """Keep-alive interval on idle SSE streams (the SDK's read timeout is 600 s)."""
     bwrap: Annotated[
-        str, Key(toml="server.bwrap", resolve="program"), AfterValidator(_cwd_program)
+        str, Key(toml="server.bwrap", resolve="program"), AfterValidator(checks.cwd_program)
     ] = "bwrap"
     """The bubblewrap program: a name looked up on PATH, or a path to it."""
     sandbox_uid_range: Annotated[
         tuple[int, int],
         Key(toml="server.sandbox_uid_range", named_errors=True, doc_type='"FIRST-LAST"'),
-        PlainValidator(_uid_range),
+        PlainValidator(checks.uid_range),
     ] = (1_879_048_192, 1_879_113_727)
     """Host uids (and gids of the same numbers) for sandboxes when the server runs as root:
     one per session, owning nothing but its workspace and outputs. The default,
@@ -345,18 +156,20 @@ class Settings(BaseSettings):
     eager_sandboxes: Annotated[Flag, Key(toml="server.eager_sandboxes")] = False
     """Provision sandboxes before inference, as the coupled design did (benchmarks only)."""
     vault_key: Annotated[
-        str | None, Key(toml="server.vault_key", secret=True), AfterValidator(_vault_key)
+        str | None, Key(toml="server.vault_key", secret=True), AfterValidator(checks.vault_key)
     ] = None
     """Comma-separated vault keys, newest first (see docs/vaults.md); unset: a key generated
     once into `DATA_DIR/vault.key`."""
-    log_level: Annotated[str, Key(toml="server.log_level"), PlainValidator(_log_level)] = "INFO"
+    log_level: Annotated[str, Key(toml="server.log_level"), PlainValidator(checks.log_level)] = (
+        "INFO"
+    )
     """Least severe log records written: DEBUG, INFO, WARNING, ERROR or CRITICAL."""
     environment_key: Annotated[str | None, Key(toml="hands.environment_key", secret=True)] = None
     """`corral hands`: the self_hosted environment's key (`corral env-key create`)."""
     egress_allow_private: Annotated[
         tuple[str, ...],
         Key(toml="egress.allow_private", env="csv", named_errors=True),
-        PlainValidator(_allow_private),
+        PlainValidator(checks.allow_private),
     ] = ()
     """Private destinations a sandbox may reach when its environment lists the host:
     `host:port`, a CIDR or IP (all ports), or a name (all its ports). Nothing else private."""
@@ -370,7 +183,9 @@ class Settings(BaseSettings):
     """A relayed connection with no bytes either way for this long is closed."""
     metrics_public: Annotated[Flag, Key(toml="metrics.public")] = False
     """Serve /metrics without an API key."""
-    metrics_port: Annotated[int | None, Key(toml="metrics.port"), AfterValidator(_port)] = None
+    metrics_port: Annotated[int | None, Key(toml="metrics.port"), AfterValidator(checks.port)] = (
+        None
+    )
     """Where `corral worker` serves its /metrics (a worker has no API port; `corral serve`
     always serves /metrics on its own port)."""
     tracing_endpoint: Annotated[
@@ -379,14 +194,14 @@ class Settings(BaseSettings):
             toml="tracing.endpoint",
             aliases=("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
         ),
-        PlainValidator(_traces_url),
+        PlainValidator(checks.traces_url),
     ] = None
     """An OTLP/HTTP collector's base URL (`/v1/traces` is appended), or in
     `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` a full traces URL. Unset: no traces are exported."""
     tracing_service_name: Annotated[
         str,
         Key(toml="tracing.service_name", aliases=("OTEL_SERVICE_NAME",)),
-        AfterValidator(_non_empty),
+        AfterValidator(checks.non_empty),
     ] = "corral"
     """The traces' `service.name`."""
     model_routes: Annotated[
@@ -398,7 +213,7 @@ class Settings(BaseSettings):
             named_errors=True,
             doc_type="array of tables",
         ),
-        PlainValidator(_routes),
+        PlainValidator(checks.routes),
     ] = ()
     """Which provider serves which `agent.model` (first match wins; `corral-scripted*` and
     `claude-*` routes follow them). Keys: match, provider, base_url, api_key_env, model,
@@ -412,7 +227,7 @@ class Settings(BaseSettings):
             named_errors=True,
             doc_type="table",
         ),
-        PlainValidator(_anthropic_skills),
+        PlainValidator(checks.anthropic_skills),
     ] = Field(default_factory=dict)
     """Anthropic skill ids (`xlsx`) -> absolute paths of local skill directories (each with a
     SKILL.md), so agents may reference `{type: "anthropic", skill_id}` (docs/skills.md)."""
@@ -484,7 +299,7 @@ def early_log_level(environ: Mapping[str, str]) -> str:
     """`CORRAL_LOG_LEVEL` if valid, else INFO: logging is set up before the settings load,
     which then reports a bad value like any other."""
     try:
-        return _log_level(environ.get("CORRAL_LOG_LEVEL") or "INFO")
+        return checks.log_level(environ.get("CORRAL_LOG_LEVEL") or "INFO")
     except ValueError:
         return "INFO"
 

@@ -21,17 +21,13 @@ from typing import Any, Literal
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from corral.settings.model import (
-    WEB_SEARCH_KEYS,
+from corral.settings.checks import (
     FullTracesUrl,
-    Key,
-    Settings,
     absolute_database,
     absolute_path,
     absolute_program,
-    env_names,
-    keys,
 )
+from corral.settings.model import WEB_SEARCH_KEYS, Key, Settings, env_names, keys
 
 CONFIG_VARIABLE = "CORRAL_CONFIG"
 DEFAULT_FILE = "corral.toml"
