@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from corral.settings.model import Settings, env_names, keys
+from corral.settings.model import WEB_SEARCH_KEYS, Settings, env_names, keys
 from corral.settings.render import DOCS_COMMAND, docs, redact_url
 from corral.settings.sources import known_variables
 
@@ -44,3 +44,9 @@ def test_redact_url() -> None:
     assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
     assert redact_url("https://h/x?token=t&page=2") == "https://h/x?token=***&page=2"
     assert redact_url("/var/lib/corral.db") == "/var/lib/corral.db"
+
+
+def test_the_documented_web_search_keys_are_the_parsers() -> None:
+    from corral import web_search_config
+
+    assert tuple(WEB_SEARCH_KEYS) == web_search_config._KEYS

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -133,6 +134,9 @@ def read_file(path: Path) -> dict[str, tuple[Any, Origin]]:
     out: dict[str, tuple[Any, Origin]] = {}
     for name, value in found.items():
         key = every[name]
+        if isinstance(value, bool) and Settings.model_fields[name].annotation is not bool:
+            # pydantic would take `workers = true` for 1
+            raise ConfigError(f"{key.display} must not be true or false, got {value} (in {path})")
         out[name] = (_resolved(key, value, base), Origin("file", key.display, path))
     return out
 
@@ -275,7 +279,7 @@ def _one(error: ErrorDetails, origins: Mapping[str, Origin]) -> str:
     origin = origins.get(name, Origin("default"))
     text = error["msg"].removeprefix("Value error, ")
     if error["type"] != "value_error":
-        text = text.replace("Input should", "should", 1)
+        text = re.sub(r" for <class '[\w.]+'>", "", re.sub(r"^Input (should|is)", r"\1", text))
         if key is None or not key.secret:
             text += f", got {error['input']!r}"
     if key is not None and key.named_errors and error["type"] == "value_error":
