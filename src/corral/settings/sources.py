@@ -81,17 +81,7 @@ def load(
     """
     env = dict(os.environ if environ is None else environ)
     path = _config_path(config_file, env, require_file)
-    values: dict[str, tuple[Any, Origin]] = {}
-    if path.exists():
-        values.update(read_file(path))
-    values.update(read_env(env))
-    web_search_variables = [v for v in WEB_SEARCH_VARIABLES if env.get(v)]
-    if web_search_variables:  # merged over the file's table by the model's validator
-        table = values.get("web_search", (None, None))[0]
-        values["web_search"] = (table, Origin("env", ", ".join(web_search_variables)))
-    for name, value in (overrides or {}).items():
-        if value is not None:
-            values[name] = (value, Origin("flag", "--" + name.replace("_", "-")))
+    values = _gathered(path, env, overrides or {})
     origins = {name: origin for name, (_, origin) in values.items()}
     try:
         settings = Settings(
@@ -102,6 +92,24 @@ def load(
     except ValidationError as exc:
         raise ConfigError(describe(exc, origins)) from None
     return Loaded(settings, path if path.exists() else None, unknown_variables(env))
+
+
+def _gathered(
+    path: Path, env: Mapping[str, str], overrides: Mapping[str, Any]
+) -> dict[str, tuple[Any, Origin]]:
+    """Each set setting's raw value and origin, the strongest source winning."""
+    values: dict[str, tuple[Any, Origin]] = {}
+    if path.exists():
+        values.update(read_file(path))
+    values.update(read_env(env))
+    web_search_variables = [v for v in WEB_SEARCH_VARIABLES if env.get(v)]
+    if web_search_variables:  # merged over the file's table by the model's validator
+        table = values.get("web_search", (None, None))[0]
+        values["web_search"] = (table, Origin("env", ", ".join(web_search_variables)))
+    for name, value in overrides.items():
+        if value is not None:
+            values[name] = (value, Origin("flag", "--" + name.replace("_", "-")))
+    return values
 
 
 def _config_path(config_file: Path | None, env: Mapping[str, str], required: bool) -> Path:
