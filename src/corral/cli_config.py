@@ -18,7 +18,12 @@ from rich.markup import escape
 from corral.settings import Loaded, load
 from corral.settings.render import docs, show
 
-config_app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+config_app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Validate the settings (corral.toml, CORRAL_* variables) or print them and their "
+    "reference (docs/configuration.md).",
+)
 console = Console(stderr=True)
 log = logging.getLogger("corral.config")
 

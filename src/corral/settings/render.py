@@ -63,7 +63,7 @@ def _plain(value: Any) -> Any:
 
 def shown(name: str, key: Key, value: Any) -> str:
     """One setting's value as `corral config show` prints it."""
-    if value is None:
+    if value is None or (key.secret and not value):
         return "(unset)"
     if key.secret and name != "database_url":
         count = len(value) if isinstance(value, tuple) else len(str(value).split(","))
