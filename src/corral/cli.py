@@ -11,16 +11,18 @@ from typing import Annotated, Any
 import anyio
 import typer
 from rich.console import Console
-from rich.markup import escape
 
+from corral.cli_config import config_app, load_or_exit
 from corral.cli_envkeys import env_key_app
 from corral.cli_hands import hands
-from corral.config import Settings, ensure_api_keys, load_settings
+from corral.config import Settings, ensure_api_keys
 from corral.observability.logs import fields, setup_logging
 from corral.serving import serve_async, traced, tune_gc
+from corral.settings.model import early_log_level
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(env_key_app, name="env-key")
+app.add_typer(config_app, name="config")
 app.command("hands")(hands)
 console = Console(stderr=True)
 log = logging.getLogger("corral")
@@ -32,12 +34,7 @@ DatabaseUrl = Annotated[
 
 
 def _settings(**overrides: Any) -> Settings:
-    try:
-        return load_settings(overrides)
-    except ValueError as exc:
-        # escaped: messages name settings like `[web_search] url`, which rich reads as markup
-        console.print(f"[red]configuration error:[/] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
+    return load_or_exit(overrides).settings
 
 
 @app.command()
@@ -237,5 +234,5 @@ def status(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
 
 def main() -> None:
     """Entry point of the console script."""
-    setup_logging(os.environ.get("CORRAL_LOG_LEVEL", "INFO"))
+    setup_logging(early_log_level(os.environ))
     app()

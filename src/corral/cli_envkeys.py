@@ -15,7 +15,8 @@ import anyio
 import typer
 from rich.console import Console
 
-from corral.config import Settings, load_settings
+from corral.cli_config import load_or_exit
+from corral.config import Settings
 from corral.errors import ApiError
 from corral.ids import now_rfc3339
 
@@ -55,11 +56,7 @@ async def _work_service(settings: Settings) -> AsyncIterator[Any]:
 
 
 def _run(data_dir: Path | None, url: str | None, body: Callable[[Any], Awaitable[T]]) -> T:
-    try:
-        settings = load_settings({"data_dir": data_dir, "database_url": url})
-    except ValueError as exc:
-        console.print(f"[red]configuration error:[/] {exc}")
-        raise typer.Exit(2) from exc
+    settings = load_or_exit({"data_dir": data_dir, "database_url": url}).settings
 
     async def run() -> T:
         async with _work_service(settings) as service:

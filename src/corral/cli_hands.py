@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +10,8 @@ import anyio
 import typer
 from rich.console import Console
 
-from corral.config import Settings, load_settings
+from corral.cli_config import load_or_exit
+from corral.config import Settings
 from corral.hands.base import Limits, Networking
 
 console = Console(stderr=True)
@@ -45,7 +45,8 @@ def hands(
 ) -> None:
     """Serve a self_hosted environment's sessions here, in bubblewrap sandboxes (the key is
     read from CORRAL_ENVIRONMENT_KEY)."""
-    key = os.environ.get(KEY_VARIABLE, "").strip()
+    settings = load_or_exit({"data_dir": data_dir}).settings
+    key = settings.environment_key or ""
     problems = []
     if not key:
         problems.append(f"{KEY_VARIABLE} is not set (create one with `corral env-key create`)")
@@ -61,11 +62,6 @@ def hands(
         for problem in problems:
             console.print(f"[red]corral hands:[/] {problem}")
         raise typer.Exit(2)
-    try:
-        settings = load_settings({"data_dir": data_dir})
-    except ValueError as exc:
-        console.print(f"[red]configuration error:[/] {exc}")
-        raise typer.Exit(2) from exc
     networking = Networking(
         type=network,  # type: ignore[arg-type]  # checked above
         allowed_hosts=tuple(allow_host or ()),

@@ -27,7 +27,7 @@ def cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     """`corral ARGS --data-dir …` against the server's store, as an operator runs it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CORRAL_"))}
     env.update(server.extra_env)
-    env["CORRAL_CONFIG"] = str(server.data_dir / "corral.toml")
+    env["CORRAL_CONFIG"] = str(server.data_dir / "corral.toml")  # ServerProcess created it
     return subprocess.run(
         [sys.executable, "-m", "corral", *args, "--data-dir", str(server.data_dir)],
         env=env,
@@ -136,7 +136,7 @@ class HandsProcess(WorkerProcess):
     ) -> None:
         self.max_idle = max_idle
         env.setdefault("CORRAL_SANDBOX_UID_RANGE", UIDS)
-        env.setdefault("CORRAL_CONFIG", str(workdir / "none.toml"))
+        env.setdefault("CORRAL_CONFIG", os.devnull)  # no config file
         super().__init__(server, environment_id, key, workdir, **env)
 
     def command(self, url: str, environment_id: str, workdir: Path) -> list[str]:
