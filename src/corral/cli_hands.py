@@ -11,7 +11,7 @@ import anyio
 import typer
 from rich.console import Console
 
-from corral.config import Settings, load_settings
+from corral.config import Settings, absolute_path, load_settings
 from corral.hands.base import Limits, Networking
 
 console = Console(stderr=True)
@@ -70,7 +70,8 @@ def hands(
         type=network,  # type: ignore[arg-type]  # checked above
         allowed_hosts=tuple(allow_host or ()),
     )
-    root = workdir or settings.data_dir / "hands"
+    # absolute: sandboxes start from `/`, where a relative workdir names nothing
+    root = absolute_path(workdir) if workdir else settings.data_dir / "hands"
     for noisy in ("httpx", "httpx2"):  # one line per poll otherwise
         logging.getLogger(noisy).setLevel(logging.WARNING)
     console.print(f"corral hands: serving {environment} from {url} (files in {root})")

@@ -24,6 +24,9 @@ from corral.netpolicy import (
 )
 from corral.web_search_config import WebSearchConfig, parse_web_search
 
+DEFAULT_DATA_DIR = Path(".corral")
+"""Relative to the working directory the command starts in."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
@@ -31,7 +34,8 @@ class Settings:
 
     host: str = "127.0.0.1"
     port: int = 8080
-    data_dir: Path = Path(".corral")
+    data_dir: Path = DEFAULT_DATA_DIR
+    """Made absolute at load, against the working directory (see `_absolute_paths`)."""
     database_url: str | None = None
     api_keys: tuple[str, ...] = ()
     workers: int = 256
@@ -125,7 +129,29 @@ def load_settings(
     values.update(_from_env(env))
     values["web_search"] = parse_web_search(doc.get("web_search"), env)
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return replace(Settings(env=env), **values)
+    return _absolute_paths(replace(Settings(env=env), **values))
+
+
+def _absolute_paths(settings: Settings) -> Settings:
+    """Every path setting absolute, resolved once against the working directory at load.
+
+    Nothing else may resolve them later: sandboxes, their launcher and git run from `/`, so a
+    relative data dir names `//.corral/...` to them (every sandbox failed to start)."""
+    url = settings.database_url
+    if url is not None and url.startswith("sqlite:///"):
+        url = "sqlite:///" + str(absolute_path(Path(url.removeprefix("sqlite:///"))))
+    bwrap = settings.bwrap  # a bare name is looked up on PATH; a relative path is made absolute
+    return replace(
+        settings,
+        data_dir=absolute_path(settings.data_dir),
+        database_url=url,
+        bwrap=str(absolute_path(Path(bwrap))) if "/" in bwrap else bwrap,
+    )
+
+
+def absolute_path(path: Path) -> Path:
+    """`path` with `~` expanded, absolute and normalised (`a/../b` is `b`), symlinks kept."""
+    return Path(os.path.abspath(path.expanduser()))
 
 
 def _from_toml(doc: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import anyio
 import httpx
 from rich.console import Console
 
-from corral.config import Settings
+from corral.config import DEFAULT_DATA_DIR, Settings, absolute_path
 from corral.observability.logs import JsonFormatter
 
 OUTPUTS_DIR = Path("corral-demo-outputs")
@@ -95,7 +95,9 @@ def run_embedded_demo(settings: Settings, *, model: str) -> int:
         tempfile.TemporaryDirectory(prefix="corral-demo-") as scratch,
         _server_log_in(SERVER_LOG),
     ):
-        data_dir = settings.data_dir if settings.data_dir != Path(".corral") else Path(scratch)
+        # never the default data dir (a `corral serve` here may own it): a scratch one instead
+        default = settings.data_dir == absolute_path(DEFAULT_DATA_DIR)
+        data_dir = Path(scratch) if default else settings.data_dir
         demo_settings = replace(
             settings,
             host="127.0.0.1",
