@@ -10,7 +10,9 @@ from typing import Annotated
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from corral.cli_options import DataDir
 from corral.config import Settings, absolute_path, load_settings
 from corral.hands.base import Limits, Networking
 
@@ -25,7 +27,9 @@ def hands(
     ],
     workdir: Annotated[
         Path | None,
-        typer.Option("--workdir", help="Workspaces, skills, memory (default: DATA_DIR/hands)."),
+        typer.Option(
+            "--workdir", help=escape("Workspaces, skills, memory. [default: DATA_DIR/hands]")
+        ),
     ] = None,
     network: Annotated[
         str,
@@ -39,12 +43,11 @@ def hands(
         float, typer.Option(help="Seconds a finished session is kept before leaving it.")
     ] = 60.0,
     capacity: Annotated[int, typer.Option(help="Sessions served at once.")] = 4,
-    data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="Data directory (for the default workdir).")
-    ] = None,
+    data_dir: DataDir = None,
 ) -> None:
-    """Serve a self_hosted environment's sessions here, in bubblewrap sandboxes (the key is
-    read from CORRAL_ENVIRONMENT_KEY)."""
+    """Serve a self_hosted environment's sessions here, in bubblewrap sandboxes. The key is
+    read from CORRAL_ENVIRONMENT_KEY; the sandboxes' settings (bwrap, sandbox_uid_range,
+    sandbox_disk_bytes, egress_*) from the environment and config file, as for serve."""
     key = os.environ.get(KEY_VARIABLE, "").strip()
     problems = []
     if not key:
