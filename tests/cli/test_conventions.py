@@ -103,3 +103,21 @@ def test_every_option_shows_its_default(words: tuple[str, ...]) -> None:
         assert shows, f"{' '.join(words)} {param.opts}: no default in {help_text!r}"
         if param.default is None and param.opts[-1] in SETTINGS:
             assert "[env: CORRAL_" in help_text
+
+
+def _readme_commands() -> list[list[str]]:
+    """The README's command table: each row's command words, alternatives (`a|b`) split."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    spans = re.findall(r"^\| `corral ([^`]*)` \|", section, flags=re.MULTILINE)
+    return [span.replace("\\|", "|").split() for span in spans]
+
+
+@pytest.mark.parametrize("words", [w for w, _ in COMMANDS], ids=" ".join)
+def test_the_readme_command_table_lists_every_command(words: tuple[str, ...]) -> None:
+    rows = _readme_commands()
+    listed = any(
+        len(row) >= len(words) and all(word in row[i].split("|") for i, word in enumerate(words))
+        for row in rows
+    )
+    assert listed, f"corral {' '.join(words)} is not in README's Commands table"
