@@ -1,4 +1,4 @@
-"""The `corral` command: serve, worker, hands, demo, migrate, status, vault-rekey."""
+"""The `corral` command: serve, worker, hands, demo, migrate, status, vault-rekey, env-key."""
 
 from __future__ import annotations
 
@@ -11,26 +11,44 @@ from typing import Annotated, Any
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from corral.cli_config import config_app, load_or_exit
 from corral.cli_envkeys import env_key_app
 from corral.cli_hands import hands
+from corral.cli_options import (
+    CONTEXT,
+    EPILOG,
+    DatabaseUrl,
+    DataDir,
+    Host,
+    MetricsPort,
+    Port,
+    Version,
+    Workers,
+)
 from corral.config import Settings, ensure_api_keys
 from corral.observability.logs import fields, setup_logging
 from corral.serving import serve_async, traced, tune_gc
 from corral.settings.model import early_log_level
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help=__doc__,
+    context_settings=CONTEXT,
+    epilog=EPILOG,
+)
 app.add_typer(env_key_app, name="env-key")
 app.add_typer(config_app, name="config")
 app.command("hands")(hands)
 console = Console(stderr=True)
 log = logging.getLogger("corral")
 
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.")]
-DatabaseUrl = Annotated[
-    str | None, typer.Option("--database-url", help="postgresql://… or sqlite:///path")
-]
+
+@app.callback()
+def _options(version: Version = False) -> None:
+    """Options before the command (`corral --version`)."""
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -39,13 +57,14 @@ def _settings(**overrides: Any) -> Settings:
 
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Interface to bind.")] = None,
-    port: Annotated[int | None, typer.Option(help="Port to bind.")] = None,
+    host: Host = None,
+    port: Port = None,
     data_dir: DataDir = None,
     database_url: DatabaseUrl = None,
-    workers: Annotated[int | None, typer.Option(help="Brain slots in this process.")] = None,
+    workers: Workers = None,
 ) -> None:
-    """Serve the Managed Agents API (embedded SQLite by default)."""
+    """Serve the Managed Agents API (embedded SQLite by default). API keys: CORRAL_API_KEYS
+    (default: one generated into the data directory); every setting: docs/configuration.md."""
     settings = _settings(
         host=host, port=port, data_dir=data_dir, database_url=database_url, workers=workers
     )
@@ -101,10 +120,8 @@ async def _serve_metrics(runtime: Any) -> None:
 def worker(
     database_url: DatabaseUrl = None,
     data_dir: DataDir = None,
-    workers: Annotated[int | None, typer.Option(help="Brain slots in this process.")] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="Serve GET /metrics on this port (host: [server] host).")
-    ] = None,
+    workers: Workers = None,
+    metrics_port: MetricsPort = None,
 ) -> None:
     """Run brain workers only, against a shared PostgreSQL database."""
     settings = _settings(
@@ -154,10 +171,22 @@ def raise_fd_limit(settings: Settings) -> int:
     return soft
 
 
+DemoDataDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help=escape(
+            "Keep the demo's server data and files here [default: a scratch directory, "
+            "never the default data directory] [env: CORRAL_DATA_DIR; toml: [server] data_dir]"
+        ),
+    ),
+]
+
+
 @app.command()
 def demo(
     model: Annotated[str, typer.Option(help="Model for the agent.")] = "corral-scripted",
-    data_dir: DataDir = None,
+    data_dir: DemoDataDir = None,
 ) -> None:
     """Play the incident-triage story, then its multi-agent follow-up with a memory store,
     against an embedded server."""

@@ -20,6 +20,7 @@ from corral.settings.render import docs, show
 
 config_app = typer.Typer(
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     help="Validate the settings (corral.toml, CORRAL_* variables) or print them and their "
     "reference (docs/configuration.md).",

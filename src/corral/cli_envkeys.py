@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import typer
 from rich.console import Console
 
 from corral.cli_config import load_or_exit
+from corral.cli_options import DatabaseUrl, DataDir
 from corral.config import Settings
 from corral.errors import ApiError
 from corral.ids import now_rfc3339
@@ -23,11 +24,6 @@ from corral.ids import now_rfc3339
 T = TypeVar("T")
 env_key_app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 console = Console(stderr=True)
-
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.")]
-DatabaseUrl = Annotated[
-    str | None, typer.Option("--database-url", help="postgresql://… or sqlite:///path")
-]
 
 
 @asynccontextmanager

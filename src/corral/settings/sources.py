@@ -262,11 +262,15 @@ def known_variables() -> tuple[str, ...]:
 
 
 def unknown_variables(env: Mapping[str, str]) -> tuple[str, ...]:
-    """One warning per `CORRAL_*` variable no setting reads, naming the nearest that does."""
+    """One warning per `CORRAL_*` variable no setting reads, naming the nearest that does.
+
+    `CORRAL_TEST_*` belong to the test suite and CI (which set them for every process they
+    start), not to a server, so they are left alone."""
     known = known_variables()
     corral_known = [v for v in known if v.startswith("CORRAL_")]
     out = []
-    for variable in sorted(v for v in env if v.startswith("CORRAL_") and v not in known):
+    ours = (v for v in env if v.startswith("CORRAL_") and not v.startswith("CORRAL_TEST_"))
+    for variable in sorted(v for v in ours if v not in known):
         close = difflib.get_close_matches(variable, corral_known, n=1, cutoff=0.75)
         hint = f"did you mean {close[0]}?" if close else "see docs/configuration.md"
         out.append(f"ignoring unknown environment variable {variable} ({hint})")
