@@ -32,7 +32,10 @@ ConfigFile = Annotated[
     Path | None,
     typer.Option(
         "--config",
-        help="The TOML file to read (it must exist). Default: CORRAL_CONFIG, else ./corral.toml.",
+        help=escape(
+            "The TOML file to read (it must exist). "
+            "[default: ./corral.toml] [env: CORRAL_CONFIG]"
+        ),
     ),
 ]
 

@@ -35,7 +35,9 @@ def test_relative_paths_from_the_config_file_are_made_absolute(here: Path) -> No
 
 
 def test_relative_paths_from_the_environment_and_flags_are_made_absolute(here: Path) -> None:
-    environ = {"CORRAL_DATA_DIR": "from-env", "CORRAL_CONFIG": "conf/none.toml"}
+    (here / "conf").mkdir()
+    (here / "conf" / "empty.toml").write_text("")
+    environ = {"CORRAL_DATA_DIR": "from-env", "CORRAL_CONFIG": "conf/empty.toml"}
     assert load_settings(environ=environ).data_dir == here / "from-env"
     flagged = load_settings({"data_dir": Path("from-flag")}, environ=environ)
     assert flagged.data_dir == here / "from-flag"
