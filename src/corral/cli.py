@@ -67,6 +67,7 @@ def serve(
     with reported():  # the port first: nothing is written or announced if it is taken
         preflight.refuse_api_only_sqlite(settings)
         sock = preflight.listen(settings.host, settings.port)
+        preflight.check_database(settings)
     settings, new_key = ensure_api_keys(settings)
     if new_key:
         console.print(
@@ -144,14 +145,16 @@ def worker(
     settings = _settings(
         data_dir=data_dir, database_url=database_url, workers=workers, metrics_port=metrics_port
     )
-    if settings.metrics_port is not None:
-        settings, _ = ensure_api_keys(settings)  # /metrics takes the API processes' keys
     if not (settings.database_url or "").startswith(("postgres://", "postgresql://")):
         console.print(
             "[red]corral worker needs --database-url postgresql://… (the embedded "
             "SQLite store belongs to one `corral serve` process)[/]"
         )
         raise typer.Exit(2)
+    with reported():
+        preflight.check_database(settings)
+    if settings.metrics_port is not None:
+        settings, _ = ensure_api_keys(settings)  # /metrics takes the API processes' keys
     preflight.warn_missing_model_keys(settings)
     log.info("Corral worker: %d brain slots", settings.workers, extra=fields(kind="start"))
     raise_fd_limit(settings)

@@ -112,6 +112,21 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def check_database(settings: Settings) -> None:
+    """On PostgreSQL, connect once now (the store connects again when it opens): before a
+    process writes its data dir or generates keys for a database it cannot use.
+
+    Raises:
+        StartupError: unreachable, login refused, or no such database.
+    """
+    if is_postgres(settings):
+        import anyio
+
+        from corral.store.postgres_probe import probe
+
+        anyio.run(probe, settings.database_url or "")
+
+
 def refuse_api_only_sqlite(settings: Settings) -> None:
     """`--workers 0` is an API-only server; only PostgreSQL lets other processes run brains.
 

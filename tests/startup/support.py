@@ -70,9 +70,16 @@ def assert_one_line_error(done: Done, *needles: str) -> str:
     assert last.startswith("error: "), done.stderr
     for needle in needles:
         assert needle in last, done.stderr
-    errors = [line for line in done.lines if "error" in line.lower()]
+    errors = [line for line in done.lines if _is_error(line)]
     assert errors == [last], done.stderr
     return last
+
+
+def _is_error(line: str) -> bool:
+    """An error line: ours, a log record at ERROR or above (JSON), or a libraries' warning."""
+    return line.startswith("error") or any(
+        f'"level": "{level}"' in line for level in ("error", "critical")
+    )
 
 
 @dataclass

@@ -28,9 +28,7 @@ def test_refused_where_there_is_no_data_dir(tmp_path: Path, command: tuple[str, 
 
 
 @pytest.mark.parametrize("command", COMMANDS[:1] + COMMANDS[2:], ids=lambda c: "-".join(c))
-def test_refused_on_a_data_dir_without_a_database(
-    tmp_path: Path, command: tuple[str, ...]
-) -> None:
+def test_refused_on_a_data_dir_without_a_database(tmp_path: Path, command: tuple[str, ...]) -> None:
     (tmp_path / "elsewhere").mkdir()
     done = corral(tmp_path, *command, "--data-dir", "elsewhere")
     assert_one_line_error(done, f"no Corral database at {tmp_path / 'elsewhere' / 'corral.db'}")
