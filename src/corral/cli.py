@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import socket
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -101,20 +102,23 @@ def _announce(settings: Settings, port: int) -> None:
     )
 
 
-async def worker_async(settings: Settings, *, vault_check: bool = True) -> None:
-    """Run brains (and their local sandboxes); an HTTP server only for /metrics, if asked."""
+async def worker_async(
+    settings: Settings, *, metrics: socket.socket | None = None, vault_check: bool = True
+) -> None:
+    """Run brains (and their local sandboxes); an HTTP server only for /metrics, on the
+    `metrics` socket if given (bound before anything else, like `serve`'s port)."""
     from corral.runtime import open_runtime
 
     async with traced(settings), open_runtime(settings, vault_check=vault_check) as runtime:
         tune_gc()
         async with anyio.create_task_group() as tg:
-            if settings.metrics_port is not None:
-                tg.start_soon(_serve_metrics, runtime)
+            if metrics is not None:
+                tg.start_soon(_serve_metrics, runtime, metrics)
             await runtime.scheduler.run()  # brains, and the tick keeping sandboxes with sessions
             tg.cancel_scope.cancel()
 
 
-async def _serve_metrics(runtime: Any) -> None:
+async def _serve_metrics(runtime: Any, sock: socket.socket) -> None:
     import uvicorn
 
     from corral.api.app import create_metrics_asgi
@@ -128,7 +132,7 @@ async def _serve_metrics(runtime: Any) -> None:
         log_config=None,
         lifespan="off",
     )
-    await uvicorn.Server(config).serve()
+    await uvicorn.Server(config).serve(sockets=[sock])
 
 
 @app.command()
@@ -151,7 +155,11 @@ def worker(
             "SQLite store belongs to one `corral serve` process)[/]"
         )
         raise typer.Exit(2)
+    metrics = None
     with reported():
+        if settings.metrics_port is not None:
+            where = "--metrics-port / [metrics] port"
+            metrics = preflight.listen(settings.host, settings.metrics_port, where)
         preflight.check_database(settings)
     if settings.metrics_port is not None:
         settings, _ = ensure_api_keys(settings)  # /metrics takes the API processes' keys
@@ -159,7 +167,9 @@ def worker(
     log.info("Corral worker: %d brain slots", settings.workers, extra=fields(kind="start"))
     raise_fd_limit(settings)
     with reported():
-        anyio.run(partial(worker_async, settings, vault_check=not accept_lost_vault_key))
+        anyio.run(
+            partial(worker_async, settings, metrics=metrics, vault_check=not accept_lost_vault_key)
+        )
 
 
 def _pg(settings: Settings) -> bool:

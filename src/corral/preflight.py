@@ -83,9 +83,10 @@ def sqlite_file(settings: Settings) -> Path:
 # ---- serve ----------------------------------------------------------------------------
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, setting: str = "--port / [server] port") -> socket.socket:
     """A listening TCP socket on host:port (an IPv6 literal if the host has a colon), as
-    uvicorn would make it; the caller hands it to uvicorn.
+    uvicorn would make it; the caller hands it to uvicorn. `setting` names where the port
+    is configured, for the message.
 
     Raises:
         StartupError: the address is in use, not this machine's, or not allowed.
@@ -102,11 +103,11 @@ def listen(host: str, port: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise StartupError(
                 f"cannot listen on {where}: address already in use (another process listens "
-                "there; stop it, or pick another port with --port / [server] port)"
+                f"there; stop it, or pick another port with {setting})"
             ) from None
         reason = exc.strerror or str(exc)
         raise StartupError(
-            f"cannot listen on {where}: {reason} (check --host/--port, [server] host/port)",
+            f"cannot listen on {where}: {reason} (check [server] host, and {setting})",
             exit_code=2,
         ) from None
     return sock

@@ -92,3 +92,15 @@ def test_migrate_create_database(tmp_path: Path, base_url: str) -> None:
     finally:
         _drop(base_url, name)
     assert list(tmp_path.iterdir()) == []  # PostgreSQL needs no data dir
+
+
+def test_worker_metrics_port_taken(tmp_path: Path) -> None:
+    url = f"postgresql://corral@127.0.0.1:{_closed_port()}/corral"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = corral(tmp_path, "worker", "--database-url", url, "--metrics-port", str(port))
+    assert done.code == 1
+    assert_one_line_error(done, f"127.0.0.1:{port}", "in use", "--metrics-port")
+    assert len(done.lines) == 1, done.stderr

@@ -58,7 +58,21 @@ class Target:
 
 
 def _with_timeout(url: str, **overrides: str) -> str:
-    params = conninfo_to_dict(url)
+    """The URL as a conninfo string with a connect timeout.
+
+    Raises:
+        DatabaseUnavailable: libpq cannot parse it (its reason is not shown: it may quote the
+            password).
+    """
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        raise DatabaseUnavailable(
+            "the database URL (--database-url / CORRAL_DATABASE_URL) is not a PostgreSQL URL "
+            "libpq can read: check the host, the port, the percent-encoding of user and "
+            "password, and the query parameters",
+            exit_code=2,
+        ) from None
     extra = {} if params.get("connect_timeout") else {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
     return make_conninfo(url, **extra, **overrides)
 
@@ -113,8 +127,8 @@ async def create_database(url: str) -> bool:
         DatabaseUnavailable: the server cannot be reached or refused the login or the
             `CREATE DATABASE` (the message names the privilege it needs).
     """
-    target = Target.of(url)
     maintenance = _with_timeout(url, dbname=MAINTENANCE_DB)
+    target = Target.of(url)
     try:
         conn = await psycopg.AsyncConnection.connect(maintenance, autocommit=True)
     except psycopg.Error as exc:
