@@ -33,8 +33,7 @@ ConfigFile = Annotated[
     typer.Option(
         "--config",
         help=escape(
-            "The TOML file to read (it must exist). "
-            "[default: ./corral.toml] [env: CORRAL_CONFIG]"
+            "The TOML file to read (it must exist). [default: ./corral.toml] [env: CORRAL_CONFIG]"
         ),
     ),
 ]

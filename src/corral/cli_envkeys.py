@@ -20,6 +20,7 @@ from corral.cli_options import DatabaseUrl, DataDir
 from corral.config import Settings
 from corral.errors import ApiError
 from corral.ids import now_rfc3339
+from corral.preflight import reported, require_database, sqlite_file
 
 T = TypeVar("T")
 env_key_app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -42,7 +43,7 @@ async def _work_service(settings: Settings) -> AsyncIterator[Any]:
     else:
         from corral.store.sqlite import SqliteStore
 
-        store = SqliteStore(Path(url.removeprefix("sqlite:///")) if url else settings.sqlite_path)
+        store = SqliteStore(sqlite_file(settings))
         # Migrate only: `SqliteStore.open` would expire a running server's brain leases.
         await anyio.to_thread.run_sync(store.db.open)
     try:
@@ -59,7 +60,9 @@ def _run(data_dir: Path | None, url: str | None, body: Callable[[Any], Awaitable
             return await body(service)
 
     try:
-        return anyio.run(run)
+        with reported():
+            require_database(settings)  # keys for a server's store, never a new empty one
+            return anyio.run(run)
     except ApiError as exc:
         console.print(f"[red]{exc.message}[/]")
         raise typer.Exit(1) from exc
