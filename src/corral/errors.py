@@ -8,7 +8,8 @@
     │   ├── Conflict            409 conflict_error
     │   │   ├── MemoryPreconditionFailed  409 memory_precondition_failed_error
     │   │   └── MemoryPathConflict        409 memory_path_conflict_error
-    │   └── PayloadTooLarge     413 request_too_large
+    │   ├── PayloadTooLarge     413 request_too_large
+    │   └── StoreUnavailable    503 api_error (store unreachable or past its time bound)
     ├── LeaseLost             a brain's fencing token is stale; its append was rejected
     ├── StartupError(exit_code)  a process cannot start: one line for the operator, no traceback
     └── HandsError(code, retryable)  the sandbox failed (dead, timed out, could not start)
@@ -105,6 +106,24 @@ class PayloadTooLarge(ApiError):
 
     status = 413
     type = "request_too_large"
+
+
+class StoreUnavailable(ApiError):
+    """The store did not answer within `store_timeout_seconds` (or the connection to it was
+    lost). When `outcome_unknown` is false the request was not applied and the SDK may
+    retry it; when true, a commit was in flight and may have applied, so the answer tells
+    the client not to retry blindly (`x-should-retry: false`)."""
+
+    status = 503
+    type = "api_error"
+
+    def __init__(self, message: str, *, outcome_unknown: bool = False) -> None:
+        super().__init__(
+            message,
+            error_code="store_unavailable",
+            should_retry=not outcome_unknown,
+        )
+        self.outcome_unknown = outcome_unknown
 
 
 class LeaseLost(CorralError):

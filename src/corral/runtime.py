@@ -87,11 +87,11 @@ def open_store(settings: Settings) -> Store:
     if url and url.startswith(("postgres://", "postgresql://")):
         from corral.store.postgres import PostgresStore
 
-        store: Store = PostgresStore(url)
+        store: Store = PostgresStore(url, store_timeout=settings.store_timeout_seconds)
         return store
     from corral.store.sqlite import SqliteStore
 
-    return SqliteStore(sqlite_file(settings))
+    return SqliteStore(sqlite_file(settings), store_timeout=settings.store_timeout_seconds)
 
 
 def _scripted_model() -> ModelClient:

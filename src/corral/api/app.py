@@ -16,8 +16,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import __version__, console
-from corral.api import files, memory_stores, resources, sessions, threads, vaults, work
-from corral.api.http import error_response
+from corral.api import files, health, memory_stores, resources, sessions, threads, vaults, work
+from corral.api.http import error_response, for_request
 from corral.api.observe import AccessLog, metrics_endpoint
 from corral.api.stream import StreamRouter
 from corral.api.work import WorkerAuth
@@ -81,9 +81,6 @@ def create_app(runtime: Runtime) -> Starlette:
             yield
             tg.cancel_scope.cancel()
 
-    async def health(_: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": __version__})
-
     async def admin_status(request: Request) -> Response:
         queue = await runtime.store.queue_status()
         return JSONResponse(
@@ -112,7 +109,7 @@ def create_app(runtime: Runtime) -> Starlette:
 
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return error_response(exc)
+        return error_response(for_request(exc, request.method))
 
     async def internal_error(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
@@ -122,7 +119,7 @@ def create_app(runtime: Runtime) -> Starlette:
 
     app = Starlette(
         routes=[
-            Route("/health", health),
+            *health.routes(runtime.store, runtime.settings.store_timeout_seconds),
             Route("/v1/admin/status", admin_status),
             Route("/metrics", metrics_endpoint(runtime.store)),
             *resources.routes(runtime),
@@ -163,8 +160,14 @@ def create_asgi(runtime: Runtime) -> ASGIApp:
 
 
 def create_metrics_asgi(runtime: Runtime) -> ASGIApp:
-    """What `corral worker --metrics-port` serves: GET /metrics only, same key rule."""
-    app = Starlette(routes=[Route("/metrics", metrics_endpoint(runtime.store))])
+    """What `corral worker --metrics-port` serves: GET /metrics (same key rule) and the
+    health checks."""
+    app = Starlette(
+        routes=[
+            Route("/metrics", metrics_endpoint(runtime.store)),
+            *health.routes(runtime.store, runtime.settings.store_timeout_seconds),
+        ]
+    )
     return ApiKeyAuth(
         app, runtime.settings.api_keys, metrics_public=runtime.settings.metrics_public
     )

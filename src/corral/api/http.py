@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from corral.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from corral.errors import ApiError, BadRequest, NotFound, PayloadTooLarge, StoreUnavailable
 from corral.ids import new_id
 
 M = TypeVar("M", bound=BaseModel)
@@ -59,6 +59,14 @@ def error_response(exc: ApiError) -> JSONResponse:
     if exc.should_retry is not None:
         headers["x-should-retry"] = "true" if exc.should_retry else "false"
     return JSONResponse(exc.body(request_id), status_code=exc.status, headers=headers)
+
+
+def for_request(exc: ApiError, method: str) -> ApiError:
+    """A read cannot have applied anything: a store timeout during one is a plain,
+    retryable 503 even when the store could not tell a read from a commit."""
+    if isinstance(exc, StoreUnavailable) and exc.outcome_unknown and method in ("GET", "HEAD"):
+        return StoreUnavailable("the database did not answer in time; retry the request")
+    return exc
 
 
 async def read_json(request: Request) -> Any:
@@ -201,7 +209,7 @@ def json_route(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             _check_params(request)
             result = await handler(request)
         except ApiError as exc:
-            return error_response(exc)
+            return error_response(for_request(exc, request.method))
         except ClientDisconnect:
             return Response(status_code=499)  # the client left mid-body: nothing was applied
         if isinstance(result, Response):

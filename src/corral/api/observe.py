@@ -66,7 +66,7 @@ class AccessLog:
             await self.app(scope, receive, tagged)
         finally:
             log.log(
-                logging.DEBUG if scope.get("path") == "/health" else logging.INFO,  # probes
+                logging.DEBUG if scope.get("path") in ("/health", "/health/live") else logging.INFO,
                 "%s %s %s",
                 scope.get("method"),
                 scope.get("path"),

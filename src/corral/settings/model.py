@@ -138,6 +138,11 @@ class Settings(BaseSettings):
     """Bytes of all of one session's output files together (sparse files count their size)."""
     sse_ping_seconds: Annotated[float, Key(toml="server.sse_ping_seconds"), Positive] = 15.0
     """Keep-alive interval on idle SSE streams (the SDK's read timeout is 600 s)."""
+    store_timeout_seconds: Annotated[float, Key(toml="server.store_timeout_seconds"), Positive] = (
+        10.0
+    )
+    """Longest wait for the store (a database connection, a statement, a SQLite lock) before
+    a request answers 503 with nothing applied; `/health` answers 503 too while it lasts."""
     bwrap: Annotated[
         str, Key(toml="server.bwrap", resolve="program"), AfterValidator(checks.cwd_program)
     ] = "bwrap"

@@ -199,3 +199,7 @@ class Store(EventLog, CheckedLog, WorkQueue, ResourceStore, MemoryTable, Protoco
     async def aclose(self) -> None:
         """Flush and disconnect."""
         ...
+
+    async def ping(self, timeout: float) -> None:
+        """Run a trivial query; `StoreUnavailable` if it takes more than `timeout` seconds."""
+        ...

@@ -17,7 +17,7 @@ from psycopg import errors
 from psycopg.types.json import Json
 from psycopg_pool import AsyncConnectionPool
 
-from corral.errors import Conflict, NotFound
+from corral.errors import Conflict, NotFound, StoreUnavailable
 from corral.session.hub import Hub, HubSubscription
 from corral.session.log import (
     EventQuery,
@@ -33,6 +33,7 @@ from corral.session.queue import QueueStatus
 from corral.store import postgres_calls
 from corral.store import postgres_sql as q
 from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
+from corral.store.postgres_bound import BoundedPool, session_options
 from corral.store.postgres_db import Listener, migrate, preview_payloads
 from corral.store.postgres_memory import PostgresMemories
 from corral.store.postgres_probe import probe
@@ -44,14 +45,23 @@ log = logging.getLogger("corral.store.postgres")
 class PostgresStore(PostgresMemories):
     """Event log, wake queue and resources in one PostgreSQL database."""
 
-    def __init__(self, url: str, *, fencing: bool = True, pool_size: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        fencing: bool = True,
+        pool_size: int = 10,
+        store_timeout: float = 10.0,
+    ) -> None:
         self.url = url
+        self.store_timeout = store_timeout
+        """Longest wait for a connection and what is done with it (`postgres_bound`)."""
         self.hub = Hub()
         self.origin = uuid.uuid4().hex[:12]
         """Tags this process's preview notifications so its listener skips them."""
         self._fencing = fencing  # False only in tests that prove the chaos checker can fail
         self._pool_size = pool_size
-        self._pool: AsyncConnectionPool[q.Conn] | None = None
+        self._pool: BoundedPool | None = None
         self._work = WorkSignal()
         self._appending: dict[str, int] = {}
         """Session id -> this process's appends to it not yet published."""
@@ -78,12 +88,12 @@ class PostgresStore(PostgresMemories):
             self.url,
             min_size=min(2, self._pool_size),
             max_size=self._pool_size,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, **session_options(self.url, self.store_timeout)},
             open=False,
             name=f"corral-{self.origin}",
         )
         await pool.open(wait=True)
-        self._pool = pool
+        self._pool = BoundedPool(pool, self.store_timeout)
         try:
             async with pool.connection() as conn:
                 await migrate(conn)
@@ -101,11 +111,16 @@ class PostgresStore(PostgresMemories):
             self._pool = None
 
     @property
-    def pool(self) -> AsyncConnectionPool[q.Conn]:
-        """The connection pool (open between `open()` and `aclose()`)."""
+    def pool(self) -> BoundedPool:
+        """The connection pool (open between `open()` and `aclose()`), bounded in time."""
         if self._pool is None:
             raise RuntimeError("PostgresStore is not open")
         return self._pool
+
+    async def ping(self, timeout: float) -> None:
+        """`SELECT 1` within `timeout` (for `/health`)."""
+        async with self.pool.connection(timeout) as conn:
+            await conn.execute("SELECT 1")
 
     async def schema_version(self) -> int:
         """The applied schema version."""
@@ -212,7 +227,7 @@ class PostgresStore(PostgresMemories):
             async with self.pool.connection() as conn:
                 for payload in payloads:
                     await q.notify(conn, q.PREVIEWS_CHANNEL, payload)
-        except psycopg.Error as exc:
+        except (psycopg.Error, StoreUnavailable) as exc:
             # Previews are ephemeral and the finished event follows in the log: losing one
             # must not fail the model stream that produced it.
             log.warning("preview for %s not sent: %s", session_id, exc)

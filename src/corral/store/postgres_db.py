@@ -43,6 +43,8 @@ async def migrate(conn: Conn) -> int:
     once: the others wait, then see the new version.
     """
     async with conn.transaction():
+        # A migration may take long and wait for another process's: not a request's bound.
+        await conn.execute("SET LOCAL statement_timeout = 0")
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "

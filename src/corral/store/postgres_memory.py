@@ -11,7 +11,6 @@ from typing import Any, Protocol
 
 from psycopg import errors
 from psycopg.types.json import Json
-from psycopg_pool import AsyncConnectionPool
 
 from corral.store.memory import (
     MEMORY_COLUMNS,
@@ -32,6 +31,7 @@ from corral.store.memory import (
     version_of,
     version_params,
 )
+from corral.store.postgres_bound import BoundedPool
 from corral.store.postgres_sql import Conn, fetchall, fetchone
 
 _MEMORY_VALUES = ", ".join(["%s"] * 9)
@@ -42,7 +42,7 @@ class _Pooled(Protocol):
     """What the mixin needs of `PostgresStore`."""
 
     @property
-    def pool(self) -> AsyncConnectionPool[Conn]: ...
+    def pool(self) -> BoundedPool: ...
 
 
 class PostgresMemories:

@@ -9,12 +9,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
-from psycopg_pool import AsyncConnectionPool
 
 from corral.errors import NotFound
 from corral.ids import new_id
 from corral.store import postgres_sql as q
 from corral.store import work_base as wb
+from corral.store.postgres_bound import BoundedPool
 from corral.store.work_base import EnvironmentKey, HeartbeatResult, WorkRow, WorkStats
 
 NOW = "extract(epoch from clock_timestamp())::double precision"
@@ -26,7 +26,7 @@ POLL_RECHECK_SECONDS = 0.1
 class PostgresWorkItems:
     """The work queue and environment keys in the store's PostgreSQL database."""
 
-    def __init__(self, pool: Callable[[], AsyncConnectionPool[q.Conn]]) -> None:
+    def __init__(self, pool: Callable[[], BoundedPool]) -> None:
         self._pool = pool
         self._queued = anyio.Event()
 

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import anyio
 
-from corral.errors import Conflict, LeaseLost, NotFound
+from corral.errors import Conflict, LeaseLost, NotFound, StoreUnavailable
 from corral.ids import now_rfc3339
 from corral.session.hub import Hub, HubSubscription
 from corral.session.log import (
@@ -51,12 +51,16 @@ _SESSION_COLUMNS = (
 )
 
 
+def _touch_schema(conn: sqlite3.Connection) -> None:
+    conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone()
+
+
 class SqliteStore(SqliteMemories):
     """Event log, wake queue and resources in one SQLite file."""
 
-    def __init__(self, path: Path, *, fencing: bool = True) -> None:
+    def __init__(self, path: Path, *, fencing: bool = True, store_timeout: float = 30.0) -> None:
         self._heads = _Heads()  # touched only inside write transactions (one at a time)
-        self.db = SqliteDatabase(path, self._heads)
+        self.db = SqliteDatabase(path, self._heads, busy_seconds=store_timeout)
         self.hub = Hub()
         self._work = WorkSignal()
         self._fencing = fencing  # False only in tests that prove the chaos checker can fail
@@ -79,6 +83,19 @@ class SqliteStore(SqliteMemories):
     async def aclose(self) -> None:
         """Flush pending writes and close."""
         await self.db.aclose()
+
+    async def ping(self, timeout: float) -> None:
+        """Read the schema within `timeout` on a worker thread (for `/health`); a thread
+        stuck on the disk is left behind rather than holding the probe."""
+        try:
+            with anyio.fail_after(timeout):
+                await anyio.to_thread.run_sync(
+                    self.db.read_now, _touch_schema, abandon_on_cancel=True
+                )
+        except TimeoutError as exc:
+            raise StoreUnavailable(
+                f"the database file did not answer within {timeout:g} s"
+            ) from exc
 
     # ---- event log -------------------------------------------------------------------
 

@@ -29,6 +29,8 @@ from typing import Any, Protocol, TypeVar
 
 import anyio.to_thread
 
+from corral.errors import StoreUnavailable
+
 T = TypeVar("T")
 WriteFn = Callable[[sqlite3.Connection], Any]
 
@@ -79,16 +81,22 @@ class _NoHooks:
         pass
 
 
-def connect(path: Path, *, autocheckpoint: bool = True) -> sqlite3.Connection:
+def connect(
+    path: Path, *, autocheckpoint: bool = True, busy_seconds: float = 30.0
+) -> sqlite3.Connection:
     """A connection with the store's PRAGMAs (WAL, synchronous=FULL); `bench/log.py`'s bare
     baseline opens its database with this too, so both pay the same fsyncs.
 
     The store's writer connection passes `autocheckpoint=False`: its writer thread runs the
-    checkpoints (`SqliteDatabase`), so no commit on an event loop pays for one."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    checkpoints (`SqliteDatabase`), so no commit on an event loop pays for one.
+    `busy_seconds` bounds a wait for another process's lock (the store passes
+    `store_timeout_seconds`)."""
+    conn = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False, timeout=busy_seconds
+    )
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute(f"PRAGMA busy_timeout={max(int(busy_seconds * 1000), 1)}")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA cache_size=-65536")  # 64 MiB of page cache per connection
     if not autocheckpoint:
@@ -100,8 +108,12 @@ class SqliteDatabase:
     """A WAL database file with one writer connection (used by event loops and the writer
     thread, one at a time) and a reader per worker thread."""
 
-    def __init__(self, path: Path, hooks: TransactionHooks | None = None) -> None:
+    def __init__(
+        self, path: Path, hooks: TransactionHooks | None = None, *, busy_seconds: float = 30.0
+    ) -> None:
         self.path = path
+        self.busy_seconds = busy_seconds
+        """How long a statement waits for another process's lock before failing."""
         self._hooks: TransactionHooks = hooks if hooks is not None else _NoHooks()
         # Lists of ops, or _STOP. SimpleQueue is one C lock: Queue's Condition (a new lock per
         # wait, Python-level notify) cost ~2 us of the event loop's time per handed-over tick.
@@ -130,7 +142,7 @@ class SqliteDatabase:
     def open(self) -> None:
         """Create the file, apply migrations, start the writer thread."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = connect(self.path, autocheckpoint=False)
+        conn = connect(self.path, autocheckpoint=False, busy_seconds=self.busy_seconds)
         _migrate(conn)
         self._conn = conn
         self._writer = threading.Thread(
@@ -225,7 +237,7 @@ class SqliteDatabase:
     def _read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect(self.path)
+            conn = connect(self.path, busy_seconds=self.busy_seconds)
             self._local.conn = conn
             with self._readers_lock:
                 self._readers.append(conn)
@@ -291,13 +303,29 @@ class SqliteDatabase:
             hooks.rolled_back()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            outcomes = [(False, exc)] * len(batch)
+            outcomes = [(False, _lock_timeout(exc, self.busy_seconds))] * len(batch)
         self._commit_seconds += (time.perf_counter() - started - self._commit_seconds) / 8
         if self.commits % _CHECKPOINT_EVERY == 0:
             # On the writer thread, in turn with the writes (a checkpoint running beside
             # steady commits may never catch up, and the WAL would grow without bound).
             self._hand_over(_CHECKPOINT)
         return outcomes
+
+
+def _lock_timeout(exc: BaseException, seconds: float) -> BaseException:
+    """A lock held by another process past the bound is the store's 503, not a 500: the
+    batch was rolled back, so nothing of it was applied."""
+    if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode in _BUSY:
+        error = StoreUnavailable(
+            f"the database was locked by another process for more than {seconds:g} s; "
+            "the request was not applied"
+        )
+        error.__cause__ = exc
+        return error
+    return exc
+
+
+_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
 def _optimistic(

@@ -1,0 +1,155 @@
+"""Time-bounded use of the PostgreSQL pool: no store wait outlasts `store_timeout_seconds`.
+
+A database that stops answering (a black hole: the socket stays open, nothing comes back)
+would otherwise hold a request until the client gives up, and the request would then go on
+to COMMIT when the database came back: a write applied after the client saw an error, which
+the SDK's retry would apply a second time.
+
+Each `connection()` block gets a deadline. Past it a watchdog aborts the connection's socket
+(shutdown, and a reset on close, so the kernel drops whatever was not yet sent); the pending
+psycopg call fails at once and the connection is discarded, so nothing more is ever sent on
+it. Cancelling the task instead would not do: psycopg answers a cancellation by sending a
+cancel request and waiting up to 10 s for the server, which in a black hole never answers.
+
+Whether the write was applied is known from what was in flight when the watchdog fired:
+- nothing, or a statement inside `conn.transaction()` before its COMMIT: the transaction
+  can never commit (the server rolls it back when the connection ends; server-side
+  `idle_in_transaction_session_timeout` ends it even if the reset is lost): a clean 503;
+- a COMMIT, or a single autocommit statement (which commits by itself): it may have been
+  applied, so the 503 says the outcome is unknown and tells the SDK not to retry
+  (`StoreUnavailable(outcome_unknown=True)`). Reads are told apart by the API layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import struct
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import ConnStatus, TransactionStatus
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from corral.errors import StoreUnavailable
+from corral.store.postgres_sql import Conn
+
+log = logging.getLogger("corral.store.postgres")
+
+
+def session_options(url: str, bound: float) -> dict[str, str]:
+    """Connection parameters that make the server give up too: a statement is cancelled
+    past the bound, and a transaction left open by a vanished client is ended soon after."""
+    given = conninfo_to_dict(url)
+    ms = max(int(bound * 1000), 1)
+    options = f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={2 * ms}"
+    if given.get("options"):
+        options = f"{given['options']} {options}"  # the operator's own options come first
+    params = {"options": options}
+    if "connect_timeout" not in given:
+        params["connect_timeout"] = str(max(int(bound), 2))
+    return params
+
+
+class BoundedPool:
+    """The store's pool, handing out connections whose use is bounded in time."""
+
+    def __init__(self, pool: AsyncConnectionPool[Conn], bound: float) -> None:
+        self.raw = pool
+        self.bound = bound
+
+    async def close(self) -> None:
+        """Close the pool."""
+        await self.raw.close()
+
+    @asynccontextmanager
+    async def connection(self, bound: float | None = None) -> AsyncIterator[Conn]:
+        """A pooled connection for at most `bound` seconds (default: the store's), waiting
+        for it included; past that, `StoreUnavailable`."""
+        limit = self.bound if bound is None else bound
+        deadline = time.monotonic() + limit
+        try:
+            conn = await self.raw.getconn(timeout=limit)
+        except PoolTimeout as exc:
+            raise StoreUnavailable(
+                f"the database did not answer within {limit:g} s (no connection); "
+                "the request was not applied"
+            ) from exc
+        watchdog = _Watchdog(conn)
+        handle = asyncio.get_running_loop().call_at(
+            asyncio.get_running_loop().time() + max(deadline - time.monotonic(), 0.0),
+            watchdog.fire,
+        )
+        swallowed = False
+        try:
+            yield conn
+            swallowed = watchdog.fired  # the block caught the aborted call's error itself
+        except psycopg.Error as exc:
+            if watchdog.fired:
+                raise watchdog.error(limit) from exc
+            if conn.pgconn.status == ConnStatus.BAD:
+                raise StoreUnavailable(
+                    f"the database connection was lost ({exc}); the request may or may not "
+                    "have been applied",
+                    outcome_unknown=True,
+                ) from exc
+            raise
+        finally:
+            try:
+                await self.raw.putconn(conn)  # a rollback of a stuck connection is bounded too
+            finally:
+                handle.cancel()
+        if swallowed:
+            raise watchdog.error(limit)
+
+
+class _Watchdog:
+    """Aborts a connection at its deadline and remembers what it interrupted."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self.fired = False
+        self.in_flight_commit = False
+
+    def fire(self) -> None:
+        pgconn = self.conn.pgconn
+        if pgconn.status == ConnStatus.BAD or self.conn.closed:
+            return
+        self.fired = True
+        # A command is in flight (ACTIVE) outside any `transaction()` block: a COMMIT (the
+        # block's counter drops before COMMIT is sent) or an autocommit statement.
+        self.in_flight_commit = (
+            pgconn.transaction_status == TransactionStatus.ACTIVE
+            and self.conn._num_transactions == 0
+        )
+        _reset(pgconn.socket)
+        log.warning("store wait exceeded its bound; connection aborted")
+
+    def error(self, limit: float) -> StoreUnavailable:
+        if self.in_flight_commit:
+            return StoreUnavailable(
+                f"the database did not answer within {limit:g} s while committing; the "
+                "request may or may not have been applied: check before retrying",
+                outcome_unknown=True,
+            )
+        return StoreUnavailable(
+            f"the database did not answer within {limit:g} s; the request was not applied"
+        )
+
+
+def _reset(fd: int) -> None:
+    """Shut the socket down under libpq (which still owns `fd`) and make its close a reset,
+    so data the kernel has not yet delivered is dropped rather than retransmitted."""
+    sock = socket.socket(fileno=os.dup(fd))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already gone: the pending call fails by itself
+    finally:
+        sock.close()
