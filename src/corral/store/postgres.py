@@ -33,7 +33,7 @@ from corral.session.queue import QueueStatus
 from corral.store import postgres_calls
 from corral.store import postgres_sql as q
 from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
-from corral.store.postgres_bound import BoundedPool, session_options
+from corral.store.postgres_bound import BoundedPool, TrackingCursor, session_options
 from corral.store.postgres_db import Listener, migrate, preview_payloads
 from corral.store.postgres_memory import PostgresMemories
 from corral.store.postgres_probe import probe
@@ -88,7 +88,11 @@ class PostgresStore(PostgresMemories):
             self.url,
             min_size=min(2, self._pool_size),
             max_size=self._pool_size,
-            kwargs={"autocommit": True, **session_options(self.url, self.store_timeout)},
+            kwargs={
+                "autocommit": True,
+                "cursor_factory": TrackingCursor,
+                **session_options(self.url, self.store_timeout),
+            },
             open=False,
             name=f"corral-{self.origin}",
         )

@@ -15,9 +15,11 @@ Whether the write was applied is known from what was in flight when the watchdog
 - nothing, or a statement inside `conn.transaction()` before its COMMIT: the transaction
   can never commit (the server rolls it back when the connection ends; server-side
   `idle_in_transaction_session_timeout` ends it even if the reset is lost): a clean 503;
-- a COMMIT, or a single autocommit statement (which commits by itself): it may have been
-  applied, so the 503 says the outcome is unknown and tells the SDK not to retry
-  (`StoreUnavailable(outcome_unknown=True)`). Reads are told apart by the API layer.
+- a COMMIT, or a single autocommit statement that writes (it commits by itself): it may
+  have been applied, so the 503 says the outcome is unknown and tells the SDK not to retry
+  (`StoreUnavailable(outcome_unknown=True)`). `TrackingCursor` records, per connection,
+  whether the last statement sent writes and whether it was inside a transaction block
+  (then a bare in-flight command is that block's COMMIT).
 """
 
 from __future__ import annotations
@@ -25,21 +27,48 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
 import struct
 import time
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any, Self
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import ConnStatus, TransactionStatus
+from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from corral.errors import StoreUnavailable
 from corral.store.postgres_sql import Conn
 
 log = logging.getLogger("corral.store.postgres")
+
+
+_WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE|TRUNCATE|CREATE|DROP|ALTER|PG_NOTIFY)\b", re.I)
+"""Words of a statement that may change something (whole words: `updated_at` is a read)."""
+_last_sent: weakref.WeakKeyDictionary[Any, tuple[bool, int]] = weakref.WeakKeyDictionary()
+"""Connection -> (its last statement may write, transaction blocks open when it was sent)."""
+
+
+class TrackingCursor(psycopg.AsyncCursor[TupleRow]):
+    """Every store statement goes through here (`conn.execute` uses the connection's cursor
+    factory): note what is about to be in flight, for the watchdog."""
+
+    async def execute(
+        self,
+        query: Any,
+        params: Any = None,
+        *,
+        prepare: bool | None = None,
+        binary: bool | None = None,
+    ) -> Self:
+        writes = not isinstance(query, str) or _WRITES.search(query) is not None
+        _last_sent[self.connection] = (writes, self.connection._num_transactions)
+        return await super().execute(query, params, prepare=prepare, binary=binary)
 
 
 def session_options(url: str, bound: float) -> dict[str, str]:
@@ -121,14 +150,19 @@ class _Watchdog:
         if pgconn.status == ConnStatus.BAD or self.conn.closed:
             return
         self.fired = True
-        # A command is in flight (ACTIVE) outside any `transaction()` block: a COMMIT (the
-        # block's counter drops before COMMIT is sent) or an autocommit statement.
+        # A command in flight (ACTIVE) outside any `transaction()` block is that block's
+        # COMMIT (its counter drops before COMMIT is sent) or an autocommit statement.
+        writes, depth = _last_sent.get(self.conn, (True, 0))
         self.in_flight_commit = (
             pgconn.transaction_status == TransactionStatus.ACTIVE
             and self.conn._num_transactions == 0
+            and (depth > 0 or writes)
         )
         _reset(pgconn.socket)
-        log.warning("store wait exceeded its bound; connection aborted")
+        log.warning(
+            "store wait exceeded its bound; connection aborted (%s)",
+            "a commit was in flight" if self.in_flight_commit else "nothing was committing",
+        )
 
     def error(self, limit: float) -> StoreUnavailable:
         if self.in_flight_commit:
