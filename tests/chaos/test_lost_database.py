@@ -12,6 +12,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -107,7 +108,7 @@ def test_black_holed_postgres_answers_503_in_bound_and_applies_nothing(
         proxy.black_hole()
         refused = [f"lost {n}" for n in range(3)]
         for text in refused:
-            error = _answer_503(lambda text=text: say(client, session_id, text))
+            error = _answer_503(partial(say, client, session_id, text))
             assert error.response.headers["x-should-retry"] == "true", error.message
             assert "database" in error.message
         _answer_503(lambda: client.beta.sessions.list())
