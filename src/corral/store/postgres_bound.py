@@ -71,6 +71,9 @@ class TrackingCursor(psycopg.AsyncCursor[TupleRow]):
         return await super().execute(query, params, prepare=prepare, binary=binary)
 
 
+_LOG_EVERY = 60.0
+
+
 def session_options(url: str, bound: float) -> dict[str, str]:
     """Connection parameters that make the server give up too: a statement is cancelled
     past the bound, and a transaction left open by a vanished client is ended soon after."""
@@ -91,6 +94,9 @@ class BoundedPool:
     def __init__(self, pool: AsyncConnectionPool[Conn], bound: float) -> None:
         self.raw = pool
         self.bound = bound
+        self.aborted = 0
+        """Connections reset by the watchdog so far."""
+        self._told = (0, -_LOG_EVERY)  # (aborted, when) at the last warning
 
     async def close(self) -> None:
         """Close the pool."""
@@ -109,6 +115,7 @@ class BoundedPool:
                 f"the database did not answer within {limit:g} s (no connection); "
                 "the request was not applied"
             ) from exc
+        _last_sent[conn] = (False, 0)  # nothing sent yet in this use
         watchdog = _Watchdog(conn)
         handle = asyncio.get_running_loop().call_at(
             asyncio.get_running_loop().time() + max(deadline - time.monotonic(), 0.0),
@@ -122,19 +129,46 @@ class BoundedPool:
             if watchdog.fired:
                 raise watchdog.error(limit) from exc
             if conn.pgconn.status == ConnStatus.BAD:
-                raise StoreUnavailable(
-                    f"the database connection was lost ({exc}); the request may or may not "
-                    "have been applied",
-                    outcome_unknown=True,
-                ) from exc
+                raise _lost(conn, exc) from exc
             raise
         finally:
             try:
                 await self.raw.putconn(conn)  # a rollback of a stuck connection is bounded too
             finally:
                 handle.cancel()
+                if watchdog.fired:
+                    self._note_abort(limit)
         if swallowed:
             raise watchdog.error(limit)
+
+    def _note_abort(self, limit: float) -> None:
+        """One warning a minute while the database stays silent, not one per request."""
+        self.aborted += 1
+        told, at = self._told
+        if time.monotonic() - at >= _LOG_EVERY:
+            log.warning(
+                "the database did not answer within %g s: %d connection(s) reset, their "
+                "requests answered 503",
+                limit,
+                self.aborted - told,
+            )
+            self._told = (self.aborted, time.monotonic())
+
+
+def _lost(conn: Conn, exc: psycopg.Error) -> StoreUnavailable:
+    """The connection died under a call (the server restarted, the network reset it). A
+    commit may have been in flight when the last statement sent writes or belonged to a
+    transaction block (whose COMMIT may be what failed)."""
+    writes, depth = _last_sent.get(conn, (True, 0))
+    if writes or depth > 0:
+        return StoreUnavailable(
+            f"the database connection was lost ({exc}); the request may or may not have "
+            "been applied: check before retrying",
+            outcome_unknown=True,
+        )
+    return StoreUnavailable(
+        f"the database connection was lost ({exc}); the request was not applied"
+    )
 
 
 class _Watchdog:
@@ -159,10 +193,6 @@ class _Watchdog:
             and (depth > 0 or writes)
         )
         _reset(pgconn.socket)
-        log.warning(
-            "store wait exceeded its bound; connection aborted (%s)",
-            "a commit was in flight" if self.in_flight_commit else "nothing was committing",
-        )
 
     def error(self, limit: float) -> StoreUnavailable:
         if self.in_flight_commit:
