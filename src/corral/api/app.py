@@ -147,7 +147,10 @@ def create_asgi(runtime: Runtime) -> ASGIApp:
     """The full server: request log -> API key check -> SSE tails (bare ASGI) -> the app."""
     app = create_app(runtime)
     router = StreamRouter(
-        app, runtime.store, error_response, ping_seconds=runtime.settings.sse_ping_seconds
+        app,
+        runtime.store,
+        lambda exc: error_response(for_request(exc, "GET")),  # streams are GETs
+        ping_seconds=runtime.settings.sse_ping_seconds,
     )
     workers = WorkerAuth(runtime.work, runtime.store) if runtime.work is not None else None
     auth = ApiKeyAuth(
