@@ -22,7 +22,7 @@ from corral.models.base import (
     ThinkingStarted,
 )
 from corral.models.http_client import ModelHttpClient, Response, TransportError
-from corral.models.http_errors import connection_error, error_for_status
+from corral.models.http_errors import connection_error, error_for_status, missing_key
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -85,11 +85,7 @@ class AnthropicClient:
         """Stream one response; see `ModelClient.stream`."""
         http = self._http
         if http is None:
-            raise ModelError(
-                "authentication",
-                f"no Anthropic API key: set {self._api_key_name} in the server's environment",
-                retryable=False,
-            )
+            raise missing_key(self._api_key_name, request.model)
         body = {**build_params(request, self._upstream_model), "stream": True}
         payload = json.dumps(body, separators=(",", ":")).encode()
         accumulator = _Accumulator()
