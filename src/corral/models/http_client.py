@@ -2,10 +2,10 @@
 arrives, over httpcore's pool of kept-alive connections, through the operator's proxy.
 
 Why httpcore and not httpx: a model call is one POST whose answer streams for seconds, and
-httpx's per-request machinery (request and response models, header merging, line decoding)
-cost about 1.5 ms of the event loop per call on a 2-core VM, against about 0.8 ms for httpcore
-alone (`bench/brain.py` and docs/performance.md). httpcore still brings what a hand-written
-client lacked: CONNECT tunnels through `HTTPS_PROXY` (forwarding through `HTTP_PROXY`),
+httpx's per-request layers (request and response models, header merging, line decoding) on
+top of httpcore cost 1.7-1.9 ms of the event loop per call on a 2-core VM, against 1.0-1.15 ms
+for httpcore alone (docs/performance.md). httpcore brings what the hand-written client it
+replaced lacked: CONNECT tunnels through `HTTPS_PROXY` (forwarding through `HTTP_PROXY`),
 `NO_PROXY`, and the `SSL_CERT_FILE`/`SSL_CERT_DIR` trust store, all read by
 `corral.outbound`. No redirects, cookies or compression: a model API needs none. Everything
 that fails below HTTP (connect, proxy, TLS, a timeout, a cut or malformed answer) is a
@@ -123,22 +123,19 @@ class ModelHttpClient:
         self._headers = [(b"host", host_header.encode("ascii"))]
         self._headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
         self._timeout = timeout
-        self._connect_timeout = connect_timeout
         self._extensions = {
             "timeout": {"connect": connect_timeout, "read": timeout, "write": timeout}
         }
         self.proxy = environment_proxy(base_url, env)
         """The proxy the environment names for this origin (None: connects directly)."""
+        if tls is None and parts.scheme == "https":
+            tls = trust_context()
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=tls if tls is not None else trust_context() if self._tls else None,
+            ssl_context=tls,
             proxy=self.proxy,
             max_connections=None,
             max_keepalive_connections=_MAX_IDLE,
         )
-
-    @property
-    def _tls(self) -> bool:
-        return self._scheme == b"https"
 
     @contextlib.asynccontextmanager
     async def post(
