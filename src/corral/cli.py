@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from corral.cli_backup import refuse_newer_schema, register_backup
 from corral.cli_envkeys import env_key_app
 from corral.cli_hands import hands
 from corral.config import Settings, ensure_api_keys, load_settings
@@ -22,6 +23,7 @@ from corral.serving import serve_async, traced, tune_gc
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(env_key_app, name="env-key")
 app.command("hands")(hands)
+register_backup(app)
 console = Console(stderr=True)
 log = logging.getLogger("corral")
 
@@ -238,4 +240,5 @@ def status(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
 def main() -> None:
     """Entry point of the console script."""
     setup_logging(os.environ.get("CORRAL_LOG_LEVEL", "INFO"))
-    app()
+    with refuse_newer_schema():
+        app()

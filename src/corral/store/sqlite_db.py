@@ -28,11 +28,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import anyio.to_thread
+
+from corral.store.schema import check_not_newer, scripts
 
 T = TypeVar("T")
 WriteFn = Callable[[sqlite3.Connection], Any]
@@ -147,7 +148,11 @@ class SqliteDatabase:
         """Create the file, apply migrations, start the writer thread."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = connect(self.path, autocheckpoint=False)
-        _migrate(conn)
+        try:
+            _migrate(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
         self._conn = conn
         self._writer = threading.Thread(
             target=self._write_loop, name="corral-sqlite-writer", daemon=True
@@ -394,17 +399,13 @@ def _run_in_savepoint(conn: sqlite3.Connection, fn: WriteFn) -> tuple[bool, Any]
     return True, value
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Apply the pending migrations; refuse a database a newer build has migrated."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
     row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
     current = int(row[0] or 0)
-    folder = resources.files("corral.store").joinpath("migrations/sqlite")
-    scripts = sorted(
-        (int(item.name.split("_", 1)[0]), item)
-        for item in folder.iterdir()
-        if item.name.endswith(".sql")
-    )
-    for version, item in scripts:
+    check_not_newer(current, "sqlite", str(path))
+    for version, item in scripts("sqlite"):
         if version <= current:
             continue
         conn.executescript(
@@ -416,7 +417,7 @@ def schema_version(path: Path) -> int:
     """The schema version of the database at `path` (applying migrations first)."""
     conn = connect(path)
     try:
-        _migrate(conn)
+        _migrate(conn, path)
         row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
         return int(row[0] or 0)
     finally:
