@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 
 import anthropic
+import pytest
 
 from tests.api.helpers import assert_log_sound, events, make_session, say, wait_idle
 from tests.fakes.messages_server import FakeModelServer, ScriptedTurns, Text, Turn
-from tests.server import ServerProcess
+from tests.server import DATABASE_URL_ENV, ServerProcess, fresh_postgres
 
 NOTES = b"kept across a restore\n"
 
@@ -136,3 +137,59 @@ def test_restore_refuses_a_data_dir_that_is_not_empty(tmp_path: Path) -> None:
     assert (data / "api_key").read_text() == "precious\n"
     again = corral(tmp_path, "backup", "b.tar.gz", "--data-dir", "data")
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+@pytest.mark.skipif(not os.environ.get(DATABASE_URL_ENV), reason=f"{DATABASE_URL_ENV} not set")
+def test_postgres_pg_dump_and_data_dir_backup_restore_as_documented(
+    tmp_path: Path, fake_model: FakeModelServer
+) -> None:
+    """docs/operations.md: pg_dump the database, then `corral backup` the data dir's files;
+    pg_restore into a new database and `corral restore` the files."""
+    fake_model.reset(ScriptedTurns([Turn([Text("noted")])], repeat_last=True))
+    with fresh_postgres("corral_backup") as url, fresh_postgres("corral_restored") as new_url:
+        env = {"CORRAL_DATABASE_URL": url}
+        live = ServerProcess(tmp_path / "live", model_url=fake_model.url, env=env).start()
+        try:
+            client = live.client()
+            uploaded = client.beta.files.upload(file=("notes.txt", NOTES, "text/plain"))
+            sessions = [make_session(client)[0] for _ in range(2)]
+            with Load(live, sessions) as load:
+                time.sleep(1.0)
+                before = {sid: ids(client, sid) for sid in sessions}
+                dumped = subprocess.run(
+                    ["pg_dump", "--format=custom", "--file", "corral.dump", url],
+                    cwd=tmp_path,
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                files = corral(
+                    tmp_path, "backup", "files.tar", "--data-dir", "live", "--database-url", url
+                )
+            assert dumped.returncode == 0, dumped.stderr
+            assert files.returncode == 0, files.stderr
+            assert "pg_dump" in files.stdout  # the database is not in the file: it says so
+            assert not load.errors, load.errors[:3]
+        finally:
+            live.stop()
+        loaded = subprocess.run(
+            ["pg_restore", "--no-owner", "--dbname", new_url, "corral.dump"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert loaded.returncode == 0, loaded.stderr
+        restored = corral(tmp_path, "restore", "files.tar", "--data-dir", "restored")
+        assert restored.returncode == 0, restored.stderr
+        assert "pg_restore" in restored.stdout
+        env = {"CORRAL_DATABASE_URL": new_url}
+        server = ServerProcess(tmp_path / "restored", model_url=fake_model.url, env=env).start()
+        try:
+            client = server.client()
+            for sid in sessions:
+                got = ids(client, sid)
+                assert got[: len(before[sid])] == before[sid]
+            assert client.beta.files.download(uploaded.id).read() == NOTES
+        finally:
+            server.stop()
