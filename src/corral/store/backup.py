@@ -114,7 +114,7 @@ def snapshot_sqlite(source: Path, target: Path) -> int:
 
 
 def _open_for_write(path: Path, *, compress: bool) -> tarfile.TarFile:
-    return tarfile.open(path, "w:gz") if compress else tarfile.open(path, "w")
+    return tarfile.open(path, "w:gz", compresslevel=6) if compress else tarfile.open(path, "w")
 
 
 def _add_data_dir(tar: tarfile.TarFile, data_dir: Path) -> int:
@@ -143,8 +143,8 @@ def _add_one(tar: tarfile.TarFile, path: Path, arcname: str) -> int:
         info = tar.gettarinfo(path, arcname)
     except FileNotFoundError:
         return 0
-    if not (info.isfile() or info.isdir() or info.issym() or info.islnk()):
-        return 0  # sockets, fifos, devices: live processes' plumbing, not data
+    if info is None or not (info.isfile() or info.isdir() or info.issym() or info.islnk()):
+        return 0  # sockets (None), fifos, devices: live processes' plumbing, not data
     if not info.isfile():
         tar.addfile(info)
         return 0
