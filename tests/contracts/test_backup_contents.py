@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from corral.store.backup import BackupError, backup, restore
+from corral.store.backup import BackupError, _Exactly, backup, restore
 from corral.store.sqlite_db import schema_version
 
 
@@ -83,3 +84,23 @@ def test_backup_never_overwrites_and_restore_never_overwrites(tmp_path: Path) ->
     assert (empty / "vault.key").exists()
     with pytest.raises(BackupError, match="not a Corral backup"):
         restore(data / "vault.key", tmp_path / "other")
+
+
+def test_a_file_that_changes_size_while_archived_keeps_the_archive_whole(tmp_path: Path) -> None:
+    """A workspace file rewritten during the backup: the archive stays readable (the entry
+    has the size seen first: padded if the file shrank, cut if it grew)."""
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 100_000)
+    with tarfile.open(tmp_path / "t.tar", "w") as tar:
+        info = tar.gettarinfo(path, "shrank")
+        path.write_bytes(b"y" * 10)
+        with path.open("rb") as file:
+            tar.addfile(info, _Exactly(file, info.size))
+        info = tar.gettarinfo(path, "grew")
+        path.write_bytes(b"z" * 50)
+        with path.open("rb") as file:
+            tar.addfile(info, _Exactly(file, info.size))
+    with tarfile.open(tmp_path / "t.tar") as tar:
+        shrank, grew = (tar.extractfile(name).read() for name in ("shrank", "grew"))  # type: ignore[union-attr]
+    assert shrank == b"y" * 10 + bytes(99_990)
+    assert grew == b"z" * 10

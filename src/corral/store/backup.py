@@ -167,15 +167,18 @@ class _Exactly(io.RawIOBase):
         return True
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        # Fill the whole request: tarfile takes a short read for the end of the data.
         want = min(len(buffer), self._left)
-        if want <= 0:
-            return 0
-        got = self._file.readinto(memoryview(buffer)[:want]) or 0
-        if got == 0:  # the file shrank: pad
-            memoryview(buffer)[:want] = bytes(want)
-            got = want
-        self._left -= got
-        return got
+        view = memoryview(buffer)[:want]
+        filled = 0
+        while filled < want:
+            got = self._file.readinto(view[filled:]) or 0
+            if got == 0:  # the file shrank: pad
+                view[filled:] = bytes(want - filled)
+                break
+            filled += got
+        self._left -= want
+        return want
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
