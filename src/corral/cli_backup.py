@@ -74,11 +74,10 @@ def backup_command(
 
 def restore_command(
     path: Annotated[Path, typer.Argument(help="A file written by `corral backup`.")],
-    data_dir: Annotated[
-        Path, typer.Option("--data-dir", help="Where to restore it (must be empty or missing).")
-    ],
+    data_dir: DataDir = None,
 ) -> None:
-    """Restore a backup into a new data directory."""
+    """Restore a backup into a new data directory (it must be empty or missing)."""
+    data_dir = load_or_exit({"data_dir": data_dir}).settings.data_dir
     try:
         manifest = restore(path, data_dir)
     except (BackupError, OSError) as exc:

@@ -126,6 +126,7 @@ def test_backup_under_load_restores_into_a_working_server(
 
 def test_restore_refuses_a_data_dir_that_is_not_empty(tmp_path: Path) -> None:
     data = tmp_path / "data"
+    data.mkdir()  # migrate makes the database, never the data dir (docs/startup.md)
     assert corral(tmp_path, "migrate", "--data-dir", "data").returncode == 0
     (data / "api_key").write_text("precious\n")
     made = corral(tmp_path, "backup", "b.tar.gz", "--data-dir", "data")
