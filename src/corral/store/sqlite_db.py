@@ -29,6 +29,8 @@ from typing import Any, Protocol, TypeVar
 
 import anyio.to_thread
 
+from corral.store.sqlite_errors import DiskCondition
+
 T = TypeVar("T")
 WriteFn = Callable[[sqlite3.Connection], Any]
 
@@ -123,6 +125,8 @@ class SqliteDatabase:
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
+        self.disk = DiskCondition(path)
+        """Turns disk-full and I/O errors into API errors; logs each condition once."""
         self.commits = 0
         self.inline_commits = 0
         """Of `commits`, those run on an event loop's thread."""
@@ -229,7 +233,13 @@ class SqliteDatabase:
             self._local.conn = conn
             with self._readers_lock:
                 self._readers.append(conn)
-        return fn(conn)
+        try:
+            return fn(conn)
+        except sqlite3.Error as exc:
+            failure = self.disk.classify(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
 
     def _write_loop(self) -> None:
         while True:
@@ -271,7 +281,9 @@ class SqliteDatabase:
         outcomes: list[tuple[bool, Any]] = []
         for start in range(0, len(batch), _MAX_BATCH):
             outcomes.extend(self._run_batch(conn, batch[start : start + _MAX_BATCH]))
-        return outcomes
+        if all(ok for ok, _ in outcomes):
+            return outcomes
+        return [(ok, value if ok else self.disk.classify(value)) for ok, value in outcomes]
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> list[tuple[bool, Any]]:
         hooks = self._hooks
@@ -287,10 +299,14 @@ class SqliteDatabase:
             conn.execute("COMMIT")
             hooks.committed()
             self.commits += 1
+            self.disk.wrote()
         except BaseException as exc:  # the whole batch failed to commit: fail every op
             hooks.rolled_back()
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                # A failed ROLLBACK (a dying disk) must not kill the writer thread; SQLite
+                # rolls a hot journal back when the file is next used.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             outcomes = [(False, exc)] * len(batch)
         self._commit_seconds += (time.perf_counter() - started - self._commit_seconds) / 8
         if self.commits % _CHECKPOINT_EVERY == 0:
@@ -353,8 +369,13 @@ def _run_in_savepoint(conn: sqlite3.Connection, fn: WriteFn) -> tuple[bool, Any]
     try:
         value = fn(conn)
     except Exception as exc:
-        conn.execute("ROLLBACK TO op")
-        conn.execute("RELEASE op")
+        try:
+            conn.execute("ROLLBACK TO op")
+            conn.execute("RELEASE op")
+        except sqlite3.Error:
+            # SQLite rolled the whole transaction back (it may on a full disk): the batch
+            # fails, and with the op's own error, not "no such savepoint".
+            raise exc from None
         return False, exc
     conn.execute("RELEASE op")
     return True, value
