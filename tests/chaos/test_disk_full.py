@@ -106,6 +106,10 @@ def test_full_disk_is_507_and_the_turn_ends_in_an_error_when_space_returns(
                 client.beta.sessions.events.send(session_id, events=MESSAGE)  # type: ignore[arg-type]
             assert refused.value.status_code == 507
             assert f"disk is full (data dir {data})" in str(refused.value.message)
+            with pytest.raises(anthropic.InternalServerError) as refused:
+                client.beta.files.upload(file=("notes.txt", b"x" * 65536, "text/plain"))
+            assert refused.value.status_code == 507
+            assert f"disk is full (files dir {data / 'blobs'})" in str(refused.value.message)
 
             conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
             status, body = raw_send(conn, session_id)
