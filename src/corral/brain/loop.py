@@ -55,7 +55,7 @@ async def _drive(run: Run, deps: BrainDeps, fence: Fence) -> bool:
             raise
         storage, _ = rest.split(StorageFailure)
         if storage is not None:
-            return _stopped_by_storage(deps, fence, _first(storage))
+            return _stopped_by_storage(run, _first(storage))
         log.exception("brain crashed on %s", fence.session_id)
         return await _report_crash(run, rest.exceptions[0])
     return halted
@@ -70,16 +70,13 @@ def _first(group: BaseExceptionGroup[BaseException]) -> StorageFailure:
     return first
 
 
-def _stopped_by_storage(deps: BrainDeps, fence: Fence, failure: StorageFailure) -> bool:
+def _stopped_by_storage(run: Run, failure: StorageFailure) -> bool:
     """The store cannot write, so neither the step nor a crash report can be recorded now:
     remember the cause and give the session up (False: it stays claimable), so that its next
     run reports it once the store writes again. The store logged the condition itself."""
-    log.warning(
-        "turn of %s stopped: %s; it is reported when writes resume",
-        fence.session_id,
-        failure.message,
-    )
-    deps.lost_writes.remember(fence.session_id, failure)
+    session_id = run.fence.session_id
+    log.warning("turn of %s stopped: %s; it is reported when writes resume", session_id, failure)
+    run.deps.lost_writes.remember(session_id, failure, run.state.last_close_seq)
     return False
 
 

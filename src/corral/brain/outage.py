@@ -27,20 +27,21 @@ LOST_RESULT = (
 
 
 class LostWrites:
-    """Sessions whose turn stopped on a storage failure, with that failure (thread-safe:
-    several event loops may share a process's brains)."""
+    """Sessions whose turn stopped on a storage failure: the failure, and the turn it
+    stopped (thread-safe: several event loops may share a process's brains)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._failures: dict[str, StorageFailure] = {}
+        self._failures: dict[str, tuple[StorageFailure, int]] = {}
 
-    def remember(self, session_id: str, failure: StorageFailure) -> None:
-        """The turn of `session_id` stopped on `failure` (the first cause is kept)."""
+    def remember(self, session_id: str, failure: StorageFailure, turn: int) -> None:
+        """The turn of `session_id` after the close at seq `turn` stopped on `failure`
+        (the first cause is kept)."""
         with self._lock:
-            self._failures.setdefault(session_id, failure)
+            self._failures.setdefault(session_id, (failure, turn))
 
-    def peek(self, session_id: str) -> StorageFailure | None:
-        """The failure to report for `session_id`, if any."""
+    def peek(self, session_id: str) -> tuple[StorageFailure, int] | None:
+        """The failure to report for `session_id` and its turn, if any."""
         with self._lock:
             return self._failures.get(session_id)
 
@@ -56,11 +57,14 @@ async def report_lost_writes(run: Run, lost: LostWrites) -> None:
     Raises (and keeps the failure to report) when the store still cannot write.
     """
     session_id = run.fence.session_id
-    failure = lost.peek(session_id)
-    if failure is None:
+    remembered = lost.peek(session_id)
+    if remembered is None:
         return
+    failure, turn = remembered
     state = await run.refresh()
-    if state.status in ("running", "rescheduling"):
+    # Another process may have run the session meanwhile (PostgreSQL): only the very turn
+    # that stopped is ended, never a later one.
+    if state.status in ("running", "rescheduling") and state.last_close_seq == turn:
         cause = failure.message
         results = [
             ev.call_result(
