@@ -19,6 +19,7 @@ from corral.brain import events as ev
 from corral.brain.context import Transcript, system_prompt, tool_definitions
 from corral.brain.mcp import McpToolsets
 from corral.brain.memo import Folded, Memo
+from corral.brain.outage import LostWrites
 from corral.brain.sandboxes import SandboxPool
 from corral.brain.state import SessionState, apply
 from corral.brain.telemetry import RunTelemetry
@@ -145,6 +146,8 @@ class BrainDeps:
     contexts: ContextPolicies | None = None
     """Context windows (None: no session is ever compacted)."""
     memo: Memo = field(default_factory=Memo)
+    lost_writes: LostWrites = field(default_factory=LostWrites)
+    """Sessions whose turn a storage failure stopped, to report when the store writes again."""
     stats: BrainStats = field(default_factory=BrainStats)
 
 

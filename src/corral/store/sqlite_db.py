@@ -34,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 import anyio.to_thread
 
 from corral.store.schema import check_not_newer, scripts
+from corral.store.sqlite_errors import DiskCondition
 
 T = TypeVar("T")
 WriteFn = Callable[[sqlite3.Connection], Any]
@@ -140,6 +141,8 @@ class SqliteDatabase:
         """Closers of the live threads' reader connections (each runs once: at its thread's
         exit or at `close`)."""
         self._readers_lock = threading.Lock()
+        self.disk = DiskCondition(path)
+        """Turns disk-full and I/O errors into API errors; logs each condition once."""
         self.commits = 0
         self.inline_commits = 0
         """Of `commits`, those run on an event loop's thread."""
@@ -247,7 +250,13 @@ class SqliteDatabase:
         reader: _Reader | None = getattr(self._local, "reader", None)
         if reader is None:
             reader = self._open_reader()
-        return fn(reader.conn)
+        try:
+            return fn(reader.conn)
+        except sqlite3.Error as exc:
+            failure = self.disk.classify(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
 
     def _open_reader(self) -> _Reader:
         """This thread's reader, closed when the thread exits (the thread-local `_Reader` is
@@ -310,7 +319,9 @@ class SqliteDatabase:
         outcomes: list[tuple[bool, Any]] = []
         for start in range(0, len(batch), _MAX_BATCH):
             outcomes.extend(self._run_batch(conn, batch[start : start + _MAX_BATCH]))
-        return outcomes
+        if all(ok for ok, _ in outcomes):
+            return outcomes
+        return [(ok, value if ok else self.disk.classify(value)) for ok, value in outcomes]
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> list[tuple[bool, Any]]:
         hooks = self._hooks
@@ -326,10 +337,14 @@ class SqliteDatabase:
             conn.execute("COMMIT")
             hooks.committed()
             self.commits += 1
+            self.disk.wrote()
         except BaseException as exc:  # the whole batch failed to commit: fail every op
             hooks.rolled_back()
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                # A failed ROLLBACK (a dying disk) must not kill the writer thread; SQLite
+                # rolls a hot journal back when the file is next used.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             outcomes = [(False, exc)] * len(batch)
         self._commit_seconds += (time.perf_counter() - started - self._commit_seconds) / 8
         if self.commits % _CHECKPOINT_EVERY == 0:
@@ -392,8 +407,13 @@ def _run_in_savepoint(conn: sqlite3.Connection, fn: WriteFn) -> tuple[bool, Any]
     try:
         value = fn(conn)
     except Exception as exc:
-        conn.execute("ROLLBACK TO op")
-        conn.execute("RELEASE op")
+        try:
+            conn.execute("ROLLBACK TO op")
+            conn.execute("RELEASE op")
+        except sqlite3.Error:
+            # SQLite rolled the whole transaction back (it may on a full disk): the batch
+            # fails, and with the op's own error, not "no such savepoint".
+            raise exc from None
         return False, exc
     conn.execute("RELEASE op")
     return True, value
