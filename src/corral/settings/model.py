@@ -165,7 +165,8 @@ class Settings(BaseSettings):
         float, Key(toml="server.model_stall_timeout_seconds"), Positive
     ] = 120.0
     """A model call that sends nothing (no answer, no streamed byte) for this long is given
-    up and retried, reported as a `session.error`."""
+    up and retried, reported as a `session.error`. Raise it for a local model that can take
+    longer to its first token (loading, a long prompt on a CPU)."""
     vault_key: Annotated[
         str | None, Key(toml="server.vault_key", secret=True), AfterValidator(checks.vault_key)
     ] = None
