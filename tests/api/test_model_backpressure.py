@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,3 +127,24 @@ def test_a_model_that_stays_silent_is_retried_then_given_up(
     assert all(f"the model sent nothing for {STALL} s" in e.message for e in errors)
     assert all(STALL <= gap < STALL + 10 for gap in gaps(fake))
     assert seconds < 5 * STALL + 30
+
+
+def test_the_time_bound_from_corral_toml_ends_the_retries_before_the_count_does(
+    tmp_path: Path, fake: FakeModelServer
+) -> None:
+    # From the file, as an operator sets them: a 2 s stall, retries for at most 2.5 s. The
+    # second stall ends 2.5 s or more after the first, and any wait goes beyond the bound.
+    (tmp_path / "corral.toml").write_text(
+        "[server]\nmodel_stall_timeout_seconds = 2\nmodel_retry_max_seconds = 2.5\n"
+    )
+    fake.reset(ScriptedTurns([Turn([Text("never")], first_token_delay=60)], repeat_last=True))
+    proc = ServerProcess(tmp_path, model_url=fake.url).start()
+    try:
+        session_id, _ = turn(proc, "retries_exhausted")
+        errors = errors_of(proc, session_id)
+    finally:
+        proc.stop()
+    assert [e.retry_status.type for e in errors] == ["retrying", "exhausted"]
+    assert "the model sent nothing for 2 s" in errors[1].message
+    assert "s of retries, the 2.5 s retry bound (model_retry_max_seconds)" in errors[1].message
+    assert len(fake.recorded) == 2
