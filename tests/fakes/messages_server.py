@@ -72,6 +72,8 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float
+    """`time.monotonic()` when it arrived (tests measure the waits between retries)."""
 
 
 _SSE_HEADERS = {"cache-control": "no-cache"}
@@ -185,8 +187,11 @@ class FakeModelServer:
         self.stop()
 
     async def _receive(self, request: Request) -> tuple[dict[str, Any], Reply]:
+        at = time.monotonic()
         body = await request.json()
-        record = RecordedRequest(path=request.url.path, headers=dict(request.headers), body=body)
+        record = RecordedRequest(
+            path=request.url.path, headers=dict(request.headers), body=body, at=at
+        )
         with self._lock:
             self._recorded.append(record)
         return body, self.handler(body)
@@ -196,7 +201,7 @@ class FakeModelServer:
         model = str(body.get("model", "fake"))
         if isinstance(reply, ErrorReply) and not (reply.mid_stream and body.get("stream")):
             error = wire.anthropic_error(reply)
-            headers = {"request-id": error["request_id"]}
+            headers = {"request-id": error["request_id"], **reply.headers}
             return JSONResponse(error, status_code=reply.status, headers=headers)
         if body.get("stream"):
             stream = wire.anthropic_stream(reply, model)
@@ -209,7 +214,9 @@ class FakeModelServer:
         body, reply = await self._receive(request)
         model = str(body.get("model", "fake"))
         if isinstance(reply, ErrorReply) and not (reply.mid_stream and body.get("stream")):
-            return JSONResponse(wire.openai_error(reply), status_code=reply.status)
+            return JSONResponse(
+                wire.openai_error(reply), status_code=reply.status, headers=dict(reply.headers)
+            )
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             stream = wire.openai_stream(reply, model, include_usage)

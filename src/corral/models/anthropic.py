@@ -21,8 +21,9 @@ from corral.models.base import (
     TextDelta,
     ThinkingStarted,
 )
-from corral.models.http_client import ModelHttpClient, Response, TransportError
-from corral.models.http_errors import connection_error, error_for_status, missing_key
+from corral.models.http_client import ModelHttpClient, Response, Stalled, TransportError
+from corral.models.http_errors import connection_error, error_for_status, missing_key, stall_error
+from corral.models.retry_after import requested_wait
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -46,7 +47,7 @@ class AnthropicClient:
         base_url: str | None = None,
         *,
         upstream_model: str | None = None,
-        timeout: float = 600.0,
+        timeout: float = 120.0,
         api_key_name: str = "ANTHROPIC_API_KEY",
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -56,7 +57,8 @@ class AnthropicClient:
             api_key: the API key, sent as `x-api-key` on every request.
             base_url: the API root (default https://api.anthropic.com).
             upstream_model: a model name sent instead of `request.model`.
-            timeout: seconds allowed for the request and between two streamed chunks.
+            timeout: seconds the model may stay silent: to answer, and between two streamed
+                chunks (`model_stall_timeout_seconds`).
             api_key_name: where the key should come from, for the missing-key message.
             env: the server's environment, for `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`
                 (None: no proxy).
@@ -96,6 +98,8 @@ class AnthropicClient:
                 async for event in _sse_events(response):
                     for preview in accumulator.feed(event):
                         yield preview
+        except Stalled as exc:
+            raise stall_error("anthropic", exc.seconds) from exc
         except TransportError as exc:
             raise connection_error("anthropic", str(exc)) from exc
         yield accumulator.response()
@@ -117,7 +121,8 @@ async def _status_error(response: Response) -> ModelError:
     if isinstance(error, dict):
         error_type = error.get("type") if isinstance(error.get("type"), str) else None
         message = str(error.get("message") or message)
-    return error_for_status("anthropic", response.status, error_type, message)
+    wait = requested_wait(response.headers)
+    return error_for_status("anthropic", response.status, error_type, message, retry_after=wait)
 
 
 async def _sse_events(response: Response) -> AsyncIterator[dict[str, Any]]:

@@ -41,6 +41,14 @@ class TransportError(Exception):
     """The exchange failed below HTTP: connect, proxy, TLS, a timeout, or a bad answer."""
 
 
+class Stalled(TransportError):
+    """Nothing arrived (answer head, body bytes) or could be sent for the client's timeout."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"nothing sent for {seconds:g} s")
+        self.seconds = seconds
+
+
 class Response:
     """A response whose head has been read; its body is read through `chunks` or `lines`."""
 
@@ -96,7 +104,8 @@ class ModelHttpClient:
         """Args:
         base_url: `http(s)://host[:port][/path]`; request paths are appended to its path.
         headers: sent with every request (names and values must not hold CR, LF or NUL).
-        timeout: seconds allowed for each write and between two reads of the answer.
+        timeout: seconds allowed for each write and between two reads of the answer (the
+            stall timeout, `model_stall_timeout_seconds`; past it the call is `Stalled`).
         connect_timeout: seconds allowed to connect (through the proxy, TLS included).
         env: the server's environment, where the proxy variables are read.
         tls: the context for https (default: `corral.outbound.trust_context`).
@@ -192,7 +201,7 @@ class ModelHttpClient:
         if isinstance(exc, httpcore.ConnectTimeout):
             return TransportError(f"connecting to {where}{via} timed out")
         if isinstance(exc, httpcore.TimeoutException):
-            return TransportError(f"no answer within {self._timeout:g} s")
+            return Stalled(self._timeout)
         if isinstance(exc, httpcore.ConnectError | httpcore.ProxyError):
             return TransportError(f"cannot connect to {where}{via}: {exc}")
         if _UNANSWERED in str(exc):
