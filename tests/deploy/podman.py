@@ -1,0 +1,164 @@
+"""Podman for the deployment tests, made from Debian packages alone.
+
+No image registry is reachable from CI, so the base image is a `debootstrap --variant=minbase
+bookworm` tree, tarred once into a cache shared with other tests (`BASE_TAR`, guarded by
+`BASE_LOCK`) and imported. Podman runs with its own configuration and storage in a temporary
+directory: Debian's podman works on these machines with runc and cgroupfs only (crun refuses
+hybrid cgroups), and a private storage means every run builds from a clean cache and leaves
+nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+CACHE = Path("/var/cache/corral-tests")
+BASE_TAR = CACHE / "bookworm-minbase.tar"
+BASE_LOCK = CACHE / "bookworm-minbase.lock"
+BASE_IMAGE = "localhost/corral-base:bookworm"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# Debian package of each command the tests run.
+TOOLS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
+
+CONTAINERS_CONF = """\
+[containers]
+default_ulimits = []
+log_driver = "k8s-file"
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+
+
+def ensure_tools() -> None:
+    """apt-get install whichever of podman, runc and debootstrap is missing."""
+    missing = sorted({pkg for cmd, pkg in TOOLS.items() if shutil.which(cmd) is None})
+    if not missing:
+        return
+    install = ["apt-get", "install", "-y", "-qq", *missing]
+    if subprocess.run(install, capture_output=True, check=False).returncode != 0:
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, check=True)
+        subprocess.run(install, capture_output=True, check=True)
+
+
+def debian_mirror(sources: Path = Path("/etc/apt")) -> str:
+    """The machine's own Debian mirror (the one apt already reaches), from its sources."""
+    files = [sources / "sources.list", *sorted((sources / "sources.list.d").glob("*"))]
+    for path in files:
+        with contextlib.suppress(OSError):
+            text = path.read_text()
+            deb822 = re.search(r"^URIs:\s*(\S+/debian)/?\s*$", text, re.MULTILINE)
+            one_line = re.search(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+/debian)/?\s", text, re.MULTILINE)
+            if found := deb822 or one_line:
+                return found.group(1)
+    return DEFAULT_MIRROR
+
+
+def base_tarball() -> Path:
+    """The cached minbase tree as a tar, made with debootstrap the first time (1-3 min)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with BASE_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if BASE_TAR.is_file() and BASE_TAR.stat().st_size > 0:
+            return BASE_TAR
+        with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+            tree = Path(tmp) / "root"
+            _run(["debootstrap", "--variant=minbase", "bookworm", str(tree), debian_mirror()])
+            partial = Path(tmp) / "base.tar"
+            _run(["tar", "--numeric-owner", "-C", str(tree), "-cf", str(partial), "."])
+            partial.rename(BASE_TAR)
+    return BASE_TAR
+
+
+def _run(command: Sequence[str], **kwargs: object) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[0]} failed ({done.returncode}): {done.stderr[-3000:]}")
+
+
+class Podman:
+    """`podman` (and `podman-compose`) with a private configuration and storage under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.timings: dict[str, float] = {}
+        conf = root / "containers.conf"
+        storage = root / "storage.conf"
+        conf.write_text(CONTAINERS_CONF)
+        storage.write_text(
+            f'[storage]\ndriver = "overlay"\ngraphroot = "{root / "graph"}"\n'
+            f'runroot = "{root / "run"}"\n'
+        )
+        self.env = {
+            **os.environ,
+            "CONTAINERS_CONF": str(conf),
+            "CONTAINERS_STORAGE_CONF": str(storage),
+        }
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase of the test; `report()` lists them."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[name] = time.monotonic() - start
+
+    def report(self) -> str:
+        """One line per timed phase."""
+        return "\n".join(f"  {name:<28} {secs:7.1f} s" for name, secs in self.timings.items())
+
+    def run(
+        self, *args: str, timeout: float = 120, check: bool = True, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`podman ARGS`; raises with podman's stderr when `check` and it fails."""
+        return self._exec(["podman", *args], timeout, check, cwd)
+
+    def compose(
+        self, *args: str, timeout: float = 180, check: bool = True, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`podman-compose ARGS` from the test environment's own install (PyPI)."""
+        command = [sys.executable, "-m", "podman_compose", *args]
+        return self._exec(command, timeout, check, cwd)
+
+    def _exec(
+        self, command: list[str], timeout: float, check: bool, cwd: Path | None
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            command, env=self.env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+            check=False,
+        )  # fmt: skip
+        if check and done.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(command[:4])} … failed ({done.returncode}):\n"
+                f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+            )
+        return done
+
+    def build(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
+        """Start `podman build --pull=never ARGS` (builds run side by side), output to `log`."""
+        with log.open("wb") as out:
+            return subprocess.Popen(
+                ["podman", "build", "--pull=never", *args],
+                env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def import_base(self) -> None:
+        """The cached Debian tree as `BASE_IMAGE`."""
+        self.run("import", str(base_tarball()), BASE_IMAGE, timeout=300)
+
+    def reset(self) -> None:
+        """Remove every container, image and volume of this storage, then the storage."""
+        self.run("system", "reset", "--force", timeout=300, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
