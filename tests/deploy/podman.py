@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 CACHE = Path("/var/cache/corral-tests")
@@ -38,7 +39,12 @@ log_driver = "k8s-file"
 runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
+tmp_dir = "{root}/tmp"
+[network]
+network_config_dir = "{root}/cni"
 """
+# tmp_dir and network_config_dir are per-root too: with the shared defaults (/run/libpod,
+# /etc/cni/net.d) cleaning up this storage would break other podman users' containers.
 
 
 def ensure_tools() -> None:
@@ -65,19 +71,33 @@ def debian_mirror(sources: Path = Path("/etc/apt")) -> str:
     return DEFAULT_MIRROR
 
 
+def _built_today(path: Path) -> bool:
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    return (
+        datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).date() == datetime.now(tz=UTC).date()
+    )
+
+
 def base_tarball() -> Path:
-    """The cached minbase tree as a tar, made with debootstrap the first time (1-3 min)."""
+    """The cached minbase tree as a tar, made with debootstrap (1-3 min) when it was not made
+    today, so security updates reach the tests within a day. The same cache, lock and layout
+    as the stock-Debian install tests (tests/install), whichever runs first builds it."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    with BASE_LOCK.open("w") as lock:
+    with BASE_LOCK.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if BASE_TAR.is_file() and BASE_TAR.stat().st_size > 0:
+        if _built_today(BASE_TAR):
             return BASE_TAR
-        with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        with tempfile.TemporaryDirectory(dir=CACHE, prefix="build-") as tmp:
             tree = Path(tmp) / "root"
             _run(["debootstrap", "--variant=minbase", "bookworm", str(tree), debian_mirror()])
-            partial = Path(tmp) / "base.tar"
-            _run(["tar", "--numeric-owner", "-C", str(tree), "-cf", str(partial), "."])
-            partial.rename(BASE_TAR)
+            # debootstrap leaves the root as private as the temporary folder; Debian's / is
+            # 0755, or no uid but root (a sandbox's, apt's _apt) could reach anything.
+            tree.chmod(0o755)
+            partial = Path(tmp) / BASE_TAR.name
+            _run(["tar", "-C", str(tree), "--numeric-owner", "-cf", str(partial), "."])
+            # Readers that do not take the lock still see the old tarball or the new one.
+            os.replace(partial, BASE_TAR)
     return BASE_TAR
 
 
@@ -95,7 +115,7 @@ class Podman:
         self.timings: dict[str, float] = {}
         conf = root / "containers.conf"
         storage = root / "storage.conf"
-        conf.write_text(CONTAINERS_CONF)
+        conf.write_text(CONTAINERS_CONF.format(root=root))
         storage.write_text(
             f'[storage]\ndriver = "overlay"\ngraphroot = "{root / "graph"}"\n'
             f'runroot = "{root / "run"}"\n'
@@ -117,7 +137,7 @@ class Podman:
 
     def report(self) -> str:
         """One line per timed phase."""
-        return "\n".join(f"  {name:<28} {secs:7.1f} s" for name, secs in self.timings.items())
+        return "\n".join(f"  {name:<34} {secs:7.1f} s" for name, secs in self.timings.items())
 
     def run(
         self, *args: str, timeout: float = 120, check: bool = True, cwd: Path | None = None
@@ -159,6 +179,13 @@ class Podman:
         self.run("import", str(base_tarball()), BASE_IMAGE, timeout=300)
 
     def reset(self) -> None:
-        """Remove every container, image and volume of this storage, then the storage."""
-        self.run("system", "reset", "--force", timeout=300, check=False)
+        """Remove this storage's containers, volumes, networks and images, then the storage.
+
+        Not `podman system reset`: that also wipes state other podman users share."""
+        for args in (("rm", "-a", "-f"), ("volume", "prune", "-f"), ("network", "prune", "-f")):
+            self.run(*args, timeout=300, check=False)
+        self.run("rmi", "-a", "-f", timeout=300, check=False)
+        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+        for point in sorted((m for m in mounts if m.startswith(f"{self.root}/")), reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)

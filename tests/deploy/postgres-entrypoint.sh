@@ -10,7 +10,9 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     pwfile=$(mktemp)
     printf '%s\n' "$POSTGRES_PASSWORD" >"$pwfile"
     chown postgres "$pwfile"
-    as_postgres initdb -D "$PGDATA" -U "$POSTGRES_USER" --pwfile="$pwfile" \
+    # UTF8 as the official image: a C-locale cluster would default to SQL_ASCII, whose text
+    # psycopg hands back as bytes.
+    as_postgres initdb -D "$PGDATA" -U "$POSTGRES_USER" --pwfile="$pwfile" -E UTF8 --locale=C.UTF-8 \
         --auth-local=trust --auth-host=scram-sha-256 >/dev/null
     rm -f "$pwfile"
     echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
