@@ -1,11 +1,13 @@
 """The image alone: `corral serve` in a container (SQLite in the data volume) runs a bash
 call in a bubblewrap sandbox, as its own uid from `sandbox_uid_range`, with only the
-privileges docs/deploy.md lists (CAP_SYS_ADMIN and an unmasked /proc)."""
+privileges docs/deploy.md lists (CAP_SYS_ADMIN and an unmasked /proc); without them, or in a
+user namespace that does not map the uid range, the call fails."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import pytest
@@ -20,37 +22,61 @@ from tests.server import free_port
 API_KEY = "crl_deploy_" + secrets.token_hex(8)
 # What docs/deploy.md says a container running sandboxes needs, and nothing more.
 SANDBOX_PRIVILEGES = ("--cap-add", "SYS_ADMIN", "--security-opt", "unmask=/proc/*")
+# A user namespace as rootless podman or --userns=auto give: container uids 0-65535 only.
+USERNS = ("--uidmap", "0:200000:65536", "--gidmap", "0:200000:65536")
 DEFAULT_UID_RANGE = (1_879_048_192, 1_879_113_727)
 BASH = "id -u; echo written > /workspace/hello.txt; cat /workspace/hello.txt"
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeModelServer]:
-    turns = [Turn([ToolUse("bash", {"command": BASH})]), Turn([Text("done")])]
-    with FakeModelServer(turns) as fake:
+    with FakeModelServer([]) as fake:
         yield fake
 
 
-def serve(
-    podman: Podman, images: Images, fake: FakeModelServer, *privileges: str
-) -> tuple[str, int]:
-    """A started `corral serve` container on the host's loopback; (name, port)."""
-    name, port = f"corral-solo-{secrets.token_hex(4)}", free_port()
-    podman.run(
-        "run", "-d", "--name", name, "--network", "host", *privileges,
-        "-e", f"CORRAL_API_KEYS={API_KEY}", "-e", "ANTHROPIC_API_KEY=sk-test",
-        "-e", f"ANTHROPIC_BASE_URL={fake.url}", "-v", f"{name}-data:/var/lib/corral",
-        images.corral, "serve", "--host", "127.0.0.1", "--port", str(port),
-    )  # fmt: skip
+class Solo:
+    """One `corral serve` container on the host's loopback, removed with its volume."""
 
-    def exited() -> str | None:
-        state = podman.run("inspect", "-f", "{{.State.Status}}", name).stdout.strip()
+    def __init__(self, podman: Podman, images: Images, fake: FakeModelServer, *args: str):
+        self.podman, self.name, self.port = (
+            podman,
+            f"corral-solo-{secrets.token_hex(4)}",
+            free_port(),
+        )
+        fake.reset([Turn([ToolUse("bash", {"command": BASH})]), Turn([Text("done")])])
+        podman.run(
+            "run", "-d", "--name", self.name, "--network", "host", *args,
+            "-e", f"CORRAL_API_KEYS={API_KEY}", "-e", "ANTHROPIC_API_KEY=sk-test",
+            "-e", f"ANTHROPIC_BASE_URL={fake.url}", "-v", f"{self.name}-data:/var/lib/corral",
+            images.corral, "serve", "--host", "127.0.0.1", "--port", str(self.port),
+        )  # fmt: skip
+        wait_healthy(f"http://127.0.0.1:{self.port}", alive=self.exited)
+
+    def exited(self) -> str | None:
+        state = self.podman.run("inspect", "-f", "{{.State.Status}}", self.name).stdout.strip()
         if state == "running":
             return None
-        return f"container {state}: {podman.run('logs', name, check=False).stderr[-3000:]}"
+        return (
+            f"container {state}: {self.podman.run('logs', self.name, check=False).stderr[-3000:]}"
+        )
 
-    wait_healthy(f"http://127.0.0.1:{port}", alive=exited)
-    return name, port
+    def bash_turn(self) -> tuple[str, Any]:
+        """(session id, the bash call's result event) of one turn."""
+        client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{self.port}", api_key=API_KEY)
+        session_id, _ = make_session(client, tools=[TOOLSET])
+        say(client, session_id, "run it")
+        wait_idle(client, session_id, stop="end_turn", timeout=90)
+        [result] = [e for e in events(client, session_id) if e.type == "agent.tool_result"]
+        return session_id, result
+
+    def workspace_owner(self, session_id: str) -> int:
+        """The uid owning the session's workspace, as the container sees it."""
+        workspace = f"/var/lib/corral/sessions/{session_id}/workspace"
+        return int(self.podman.run("exec", self.name, "stat", "-c", "%u", workspace).stdout)
+
+    def remove(self) -> None:
+        self.podman.run("rm", "-f", self.name, check=False)
+        self.podman.run("volume", "rm", "-f", f"{self.name}-data", check=False)
 
 
 @pytest.mark.timeout(1500)
@@ -58,24 +84,39 @@ def test_bash_call_runs_sandboxed_as_its_own_uid(
     podman: Podman, images: Images, fake: FakeModelServer
 ) -> None:
     with podman.phase("single container: start"):
-        name, port = serve(podman, images, fake, *SANDBOX_PRIVILEGES)
+        solo = Solo(podman, images, fake, *SANDBOX_PRIVILEGES)
     try:
         with podman.phase("single container: bash turn"):
-            client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key=API_KEY)
-            session_id, _ = make_session(client, tools=[TOOLSET])
-            say(client, session_id, "run it")
-            wait_idle(client, session_id, stop="end_turn", timeout=90)
-        [result] = [e for e in events(client, session_id) if e.type == "agent.tool_result"]
+            session_id, result = solo.bash_turn()
         output = result.content[0].text
         assert not result.is_error, output
         # uid 1000 inside the sandbox's own user namespace; the file really written.
-        assert output.splitlines()[:2] == ["1000", "written"], output
-        workspace = f"/var/lib/corral/sessions/{session_id}/workspace"
-        owner = podman.run("exec", name, "stat", "-c", "%u", workspace).stdout.strip()
-        assert DEFAULT_UID_RANGE[0] <= int(owner) <= DEFAULT_UID_RANGE[1], owner
+        assert output.splitlines() == ["1000", "written"], output
+        assert DEFAULT_UID_RANGE[0] <= solo.workspace_owner(session_id) <= DEFAULT_UID_RANGE[1]
     finally:
-        podman.run("rm", "-f", name, check=False)
-        podman.run("volume", "rm", "-f", f"{name}-data", check=False)
+        solo.remove()
+
+
+@pytest.mark.timeout(600)
+def test_in_a_user_namespace_the_uid_range_must_be_a_mapped_one(
+    podman: Podman, images: Images, fake: FakeModelServer
+) -> None:
+    """The default range is not mapped (switching to it fails: EINVAL); the setting
+    docs/deploy.md gives puts sandboxes on mapped uids and the call runs."""
+    solo = Solo(podman, images, fake, *SANDBOX_PRIVILEGES, *USERNS)
+    try:
+        _, result = solo.bash_turn()
+        assert result.is_error and "Invalid argument" in result.content[0].text
+    finally:
+        solo.remove()
+    mapped = ("-e", "CORRAL_SANDBOX_UID_RANGE=50000-65000")
+    solo = Solo(podman, images, fake, *SANDBOX_PRIVILEGES, *USERNS, *mapped)
+    try:
+        session_id, result = solo.bash_turn()
+        assert not result.is_error, result.content[0].text
+        assert 50000 <= solo.workspace_owner(session_id) <= 65000
+    finally:
+        solo.remove()
 
 
 @pytest.mark.timeout(600)
@@ -83,15 +124,10 @@ def test_without_the_privileges_the_tool_call_fails_and_says_why(
     podman: Podman, images: Images, fake: FakeModelServer
 ) -> None:
     """The documented privileges are needed: without them the sandbox cannot start."""
-    name, port = serve(podman, images, fake)
+    solo = Solo(podman, images, fake)
     try:
-        client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key=API_KEY)
-        session_id, _ = make_session(client, tools=[TOOLSET])
-        say(client, session_id, "run it")
-        wait_idle(client, session_id, stop="end_turn", timeout=90)
-        [result] = [e for e in events(client, session_id) if e.type == "agent.tool_result"]
+        _, result = solo.bash_turn()
         assert result.is_error
         assert "provision_failed" in result.content[0].text
     finally:
-        podman.run("rm", "-f", name, check=False)
-        podman.run("volume", "rm", "-f", f"{name}-data", check=False)
+        solo.remove()
