@@ -1,72 +1,64 @@
-"""deploy/compose.yaml as written: PostgreSQL, an API-only server and two workers. A session
-runs a bash call through the API; the worker holding the session is killed while the model
-answers the next step, and the other worker finishes the turn."""
+"""deploy/compose.yaml as written: PostgreSQL, an API-only server and two workers on the
+stack's own network. A session runs a bash call through the published API port; the worker
+holding the session is killed while the model answers the next step, and the other worker
+finishes the turn."""
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import secrets
 import subprocess
-from collections.abc import Iterator
+import time
+from pathlib import Path
 
 import anthropic
-import psycopg
 import pytest
 
 from tests.api.helpers import events, make_session, say, wait_idle
 from tests.deploy.conftest import HERE, ROOT, Images
 from tests.deploy.podman import Podman
-from tests.deploy.support import TOOLSET, wait_for_requests, wait_healthy
-from tests.fakes.messages_server import FakeModelServer, Text, ToolUse, Turn
+from tests.deploy.support import TOOLSET, wait_healthy
 from tests.server import free_port
 
 API_KEY = "crl_deploy_" + secrets.token_hex(8)
-PASSWORD = secrets.token_hex(12)
 WORKERS = ("worker-1", "worker-2")
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeModelServer]:
-    """Bash, then a slow answer (the kill lands in it), then the survivor's answer."""
-    turns = [
-        Turn([ToolUse("bash", {"command": "echo from-the-sandbox; id -u"})]),
-        Turn([Text("never completed")], first_token_delay=120),
-        Turn([Text("finished by the other worker")]),
-    ]
-    with FakeModelServer(turns) as fake:
-        yield fake
+SERVICES = ("db", "model", "api", *WORKERS)
+# Bash, then a slow answer (the kill lands in it), then the survivor's answer.
+SCRIPT = [
+    {
+        "blocks": [
+            {"type": "tool_use", "name": "bash", "input": {"command": "echo sandboxed; id -u"}}
+        ]
+    },
+    {"blocks": [{"type": "text", "text": "never completed"}], "first_token_delay": 120},
+    {"blocks": [{"type": "text", "text": "finished by the other worker"}]},
+]
 
 
 class Stack:
     """One `podman-compose` project of deploy/compose.yaml plus the test override."""
 
-    def __init__(self, podman: Podman, images: Images, model_url: str) -> None:
+    def __init__(self, podman: Podman, images: Images, tmp: Path) -> None:
         self.podman = podman
         self.project = f"corral-test-{secrets.token_hex(4)}"
-        self.api_port, self.db_port = free_port(), free_port()
-        self.files = [
-            "-f",
-            str(ROOT / "deploy" / "compose.yaml"),
-            "-f",
-            str(HERE / "compose.test.yaml"),
-        ]
-        vault_key = base64.urlsafe_b64encode(os.urandom(32)).decode()
+        self.port = free_port()
+        override = HERE / "compose.test.yaml"
+        self.files = ["-f", str(ROOT / "deploy" / "compose.yaml"), "-f", str(override)]
+        script = tmp / "script.json"
+        script.write_text(json.dumps(SCRIPT))
         podman.env.update(
             CORRAL_IMAGE=images.corral, CORRAL_POSTGRES_IMAGE=images.postgres,
-            CORRAL_API_KEYS=API_KEY, CORRAL_VAULT_KEY=vault_key, POSTGRES_PASSWORD=PASSWORD,
-            ANTHROPIC_API_KEY="sk-test", CORRAL_DB_HOST="127.0.0.1",
-            CORRAL_DB_PORT=str(self.db_port), CORRAL_TEST_API_PORT=str(self.api_port),
-            CORRAL_TEST_MODEL_URL=model_url,
+            CORRAL_API_KEYS=API_KEY, POSTGRES_PASSWORD=secrets.token_hex(12),
+            CORRAL_VAULT_KEY=base64.urlsafe_b64encode(os.urandom(32)).decode(),
+            ANTHROPIC_API_KEY="sk-test", CORRAL_PORT=f"127.0.0.1:{self.port}",
+            CORRAL_TEST_TESTS_DIR=str(ROOT / "tests"), CORRAL_TEST_SCRIPT=str(script),
         )  # fmt: skip
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.api_port}"
-
-    @property
-    def database_url(self) -> str:
-        return f"postgresql://corral:{PASSWORD}@127.0.0.1:{self.db_port}/corral"
+        return f"http://127.0.0.1:{self.port}"
 
     def compose(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return self.podman.compose("-p", self.project, *self.files, *args, timeout=timeout)
@@ -75,29 +67,35 @@ class Stack:
         """podman-compose's name for a service's (only) container."""
         return f"{self.project}_{service}_1"
 
+    def model_requests(self) -> int:
+        """How many requests the fake model has had."""
+        code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8099/requests').read().decode())"
+        return int(self.podman.run("exec", self.container("model"), "python3", "-c", code).stdout)
+
+    def writers(self, session_id: str, kind: str) -> list[str]:
+        """The hostname of the process that appended each `kind` event of the session."""
+        query = (
+            f"SELECT writer_owner FROM events WHERE session_id = '{session_id}' "
+            f"AND type = '{kind}' ORDER BY seq"
+        )
+        out = self.podman.run(
+            "exec", self.container("db"), "psql", "-U", "corral", "-d", "corral", "-Atc", query
+        ).stdout
+        return [line.split(":")[0] for line in out.split()]
+
     def logs(self) -> str:
         out = []
-        for service in ("db", "api", *WORKERS):
+        for service in SERVICES:
             done = self.podman.run("logs", "--tail", "40", self.container(service), check=False)
             out.append(f"--- {service}\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
         return "\n".join(out)
 
 
-def writers(database_url: str, session_id: str, kind: str) -> list[str]:
-    """The hostname of the process that appended each `kind` event of the session."""
-    with psycopg.connect(database_url) as conn:
-        rows = conn.execute(
-            "SELECT writer_owner FROM events WHERE session_id = %s AND type = %s ORDER BY seq",
-            (session_id, kind),
-        ).fetchall()
-    return [str(owner).split(":")[0] for (owner,) in rows]
-
-
 @pytest.mark.timeout(1800)
 def test_compose_stack_runs_bash_and_survives_a_worker_kill(
-    podman: Podman, images: Images, fake: FakeModelServer
+    podman: Podman, images: Images, tmp_path: Path
 ) -> None:
-    stack = Stack(podman, images, fake.url)
+    stack = Stack(podman, images, tmp_path)
     try:
         with podman.phase("compose: up"):
             stack.compose("up", "-d")
@@ -106,11 +104,14 @@ def test_compose_stack_runs_bash_and_survives_a_worker_kill(
             client = anthropic.Anthropic(base_url=stack.url, api_key=API_KEY, max_retries=0)
             session_id, _ = make_session(client, tools=[TOOLSET])
             say(client, session_id, "run it")
-            wait_for_requests(fake, 2, timeout=120)
+            deadline = time.monotonic() + 120
+            while stack.model_requests() < 2:
+                assert time.monotonic() < deadline, "the second model request never came"
+                time.sleep(0.3)
             [result] = [e for e in events(client, session_id) if e.type == "agent.tool_result"]
             assert not result.is_error, result.content[0].text
-            assert result.content[0].text.splitlines() == ["from-the-sandbox", "1000"]
-            [holder] = writers(stack.database_url, session_id, "agent.tool_result")
+            assert result.content[0].text.splitlines() == ["sandboxed", "1000"]
+            [holder] = stack.writers(session_id, "agent.tool_result")
             assert holder in WORKERS
         with podman.phase("compose: kill + takeover"):
             podman.run("kill", stack.container(holder))
@@ -119,8 +120,8 @@ def test_compose_stack_runs_bash_and_survives_a_worker_kill(
         messages = [e.content[0].text for e in log if e.type == "agent.message"]
         assert messages == ["finished by the other worker"]
         [survivor] = set(WORKERS) - {holder}
-        assert writers(stack.database_url, session_id, "agent.message") == [survivor]
-        assert len(fake.requests) == 3
+        assert stack.writers(session_id, "agent.message") == [survivor]
+        assert stack.model_requests() == 3
     except BaseException:
         print(stack.logs())
         raise
