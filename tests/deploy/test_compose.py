@@ -67,6 +67,13 @@ class Stack:
         """podman-compose's name for a service's (only) container."""
         return f"{self.project}_{service}_1"
 
+    def wait_for_database(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        db = self.container("db")
+        while self.podman.run("exec", db, "pg_isready", "-h", "127.0.0.1", check=False).returncode:
+            assert time.monotonic() < deadline, "PostgreSQL did not start"
+            time.sleep(0.3)
+
     def model_requests(self) -> int:
         """How many requests the fake model has had."""
         code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8099/requests').read().decode())"
@@ -98,6 +105,10 @@ def test_compose_stack_runs_bash_and_survives_a_worker_kill(
     stack = Stack(podman, images, tmp_path)
     try:
         with podman.phase("compose: up"):
+            # PostgreSQL first: a worker that finds no database exits, and the test's workers
+            # are not restarted (the API is, as in production).
+            stack.compose("up", "-d", "db")
+            stack.wait_for_database()
             stack.compose("up", "-d")
             wait_healthy(stack.url, timeout=120)
         with podman.phase("compose: bash turn to the kill"):
