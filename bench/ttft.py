@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -245,7 +244,7 @@ async def corral_level(
 
 def server_default_workers() -> int:
     """The server's default brain-slot count (`corral serve --workers`)."""
-    default = next(f.default for f in dataclasses.fields(Settings) if f.name == "workers")
+    default = Settings.model_fields["workers"].default
     return default if isinstance(default, int) else 0
 
 

@@ -119,6 +119,7 @@ class ServerProcess:
             env["ANTHROPIC_BASE_URL"] = self.model_url
         env.update(self.extra_env)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "corral.toml").touch()  # a config file named must exist
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
@@ -204,6 +205,7 @@ def start_worker(
             **(env or {}),
         }
     )
+    (data_dir / "corral.toml").touch()  # a config file named must exist
     command = [sys.executable, "-m", "corral", "worker", "--database-url", database_url]
     command += ["--data-dir", str(data_dir), "--workers", "4", *args]
     with (data_dir / log_name).open("ab") as log:

@@ -9,24 +9,22 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import typer
 from rich.console import Console
 
-from corral.config import Settings, load_settings
+from corral.cli_config import load_or_exit
+from corral.cli_options import DatabaseUrl, DataDir
+from corral.config import Settings
 from corral.errors import ApiError
 from corral.ids import now_rfc3339
+from corral.preflight import reported, require_database, sqlite_file
 
 T = TypeVar("T")
 env_key_app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 console = Console(stderr=True)
-
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.")]
-DatabaseUrl = Annotated[
-    str | None, typer.Option("--database-url", help="postgresql://… or sqlite:///path")
-]
 
 
 @asynccontextmanager
@@ -45,7 +43,7 @@ async def _work_service(settings: Settings) -> AsyncIterator[Any]:
     else:
         from corral.store.sqlite import SqliteStore
 
-        store = SqliteStore(Path(url.removeprefix("sqlite:///")) if url else settings.sqlite_path)
+        store = SqliteStore(sqlite_file(settings))
         # Migrate only: `SqliteStore.open` would expire a running server's brain leases.
         await anyio.to_thread.run_sync(store.db.open)
     try:
@@ -55,18 +53,16 @@ async def _work_service(settings: Settings) -> AsyncIterator[Any]:
 
 
 def _run(data_dir: Path | None, url: str | None, body: Callable[[Any], Awaitable[T]]) -> T:
-    try:
-        settings = load_settings({"data_dir": data_dir, "database_url": url})
-    except ValueError as exc:
-        console.print(f"[red]configuration error:[/] {exc}")
-        raise typer.Exit(2) from exc
+    settings = load_or_exit({"data_dir": data_dir, "database_url": url}).settings
 
     async def run() -> T:
         async with _work_service(settings) as service:
             return await body(service)
 
     try:
-        return anyio.run(run)
+        with reported():
+            require_database(settings)  # keys for a server's store, never a new empty one
+            return anyio.run(run)
     except ApiError as exc:
         console.print(f"[red]{exc.message}[/]")
         raise typer.Exit(1) from exc

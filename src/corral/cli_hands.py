@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Annotated
 
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from corral.config import Settings, load_settings
+from corral.cli_config import load_or_exit
+from corral.cli_options import DataDir
+from corral.config import Settings
 from corral.hands.base import Limits, Networking
+from corral.settings.checks import absolute_path
 
 console = Console(stderr=True)
 KEY_VARIABLE = "CORRAL_ENVIRONMENT_KEY"
@@ -25,7 +28,9 @@ def hands(
     ],
     workdir: Annotated[
         Path | None,
-        typer.Option("--workdir", help="Workspaces, skills, memory (default: DATA_DIR/hands)."),
+        typer.Option(
+            "--workdir", help=escape("Workspaces, skills, memory. [default: DATA_DIR/hands]")
+        ),
     ] = None,
     network: Annotated[
         str,
@@ -39,13 +44,13 @@ def hands(
         float, typer.Option(help="Seconds a finished session is kept before leaving it.")
     ] = 60.0,
     capacity: Annotated[int, typer.Option(help="Sessions served at once.")] = 4,
-    data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="Data directory (for the default workdir).")
-    ] = None,
+    data_dir: DataDir = None,
 ) -> None:
-    """Serve a self_hosted environment's sessions here, in bubblewrap sandboxes (the key is
-    read from CORRAL_ENVIRONMENT_KEY)."""
-    key = os.environ.get(KEY_VARIABLE, "").strip()
+    """Serve a self_hosted environment's sessions here, in bubblewrap sandboxes. The key is
+    read from CORRAL_ENVIRONMENT_KEY; the sandboxes' settings (bwrap, sandbox_uid_range,
+    sandbox_disk_bytes, egress_*) from the environment and config file, as for serve."""
+    settings = load_or_exit({"data_dir": data_dir}).settings
+    key = settings.environment_key or ""
     problems = []
     if not key:
         problems.append(f"{KEY_VARIABLE} is not set (create one with `corral env-key create`)")
@@ -61,16 +66,12 @@ def hands(
         for problem in problems:
             console.print(f"[red]corral hands:[/] {problem}")
         raise typer.Exit(2)
-    try:
-        settings = load_settings({"data_dir": data_dir})
-    except ValueError as exc:
-        console.print(f"[red]configuration error:[/] {exc}")
-        raise typer.Exit(2) from exc
     networking = Networking(
         type=network,  # type: ignore[arg-type]  # checked above
         allowed_hosts=tuple(allow_host or ()),
     )
-    root = workdir or settings.data_dir / "hands"
+    # absolute: sandboxes start from `/`, where a relative workdir names nothing
+    root = absolute_path(workdir, Path.cwd()) if workdir else settings.data_dir / "hands"
     for noisy in ("httpx", "httpx2"):  # one line per poll otherwise
         logging.getLogger(noisy).setLevel(logging.WARNING)
     console.print(f"corral hands: serving {environment} from {url} (files in {root})")

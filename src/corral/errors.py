@@ -10,6 +10,7 @@
     │   │   └── MemoryPathConflict        409 memory_path_conflict_error
     │   └── PayloadTooLarge     413 request_too_large
     ├── LeaseLost             a brain's fencing token is stale; its append was rejected
+    ├── StartupError(exit_code)  a process cannot start: one line for the operator, no traceback
     └── HandsError(code, retryable)  the sandbox failed (dead, timed out, could not start)
 
 This module must not import anything else from corral.
@@ -108,6 +109,20 @@ class PayloadTooLarge(ApiError):
 
 class LeaseLost(CorralError):
     """A brain tried to append with a fencing token that is no longer current."""
+
+
+class StartupError(CorralError):
+    """A process cannot start (port taken, database missing, wrong vault key...).
+
+    The message is one line saying what is wrong and what to do; the command line prints it
+    and exits with `exit_code` (2: the configuration is wrong; 1: the world is not as it
+    needs to be), never with a traceback.
+    """
+
+    def __init__(self, message: str, *, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
 
 
 class HandsError(CorralError):

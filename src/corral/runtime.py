@@ -32,6 +32,7 @@ from corral.models.base import ModelClient
 from corral.models.router import ModelRouter
 from corral.netpolicy import AddressPolicy
 from corral.outbound import server_policy
+from corral.preflight import check_vault_key, key_source, sqlite_file
 from corral.service.agents import AgentService
 from corral.service.egress_credentials import EgressCredentials
 from corral.service.environments import EnvironmentService
@@ -49,8 +50,7 @@ from corral.service.work import WorkService
 from corral.store.base import Resource, SessionRow, Store
 from corral.store.work import work_items_for
 from corral.tools.web_search import WebSearch
-from corral.vault.crypto import Keyring
-from corral.vault.keys import load_keys
+from corral.vault.keys import LoadedKeys, load_keys
 from corral.vault.secrets import VaultSecrets
 
 log = logging.getLogger("corral.runtime")
@@ -91,8 +91,7 @@ def open_store(settings: Settings) -> Store:
         return store
     from corral.store.sqlite import SqliteStore
 
-    path = Path(url.removeprefix("sqlite:///")) if url else settings.sqlite_path
-    return SqliteStore(path)
+    return SqliteStore(sqlite_file(settings))
 
 
 def _scripted_model() -> ModelClient:
@@ -103,15 +102,26 @@ def _scripted_model() -> ModelClient:
 
 
 @asynccontextmanager
-async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    """Open the store and wire everything; closes it all on exit."""
+async def open_runtime(settings: Settings, *, vault_check: bool = True) -> AsyncIterator[Runtime]:
+    """Open the store and wire everything; closes it all on exit.
+
+    With `vault_check`, refuses to start (`StartupError`) when the configured vault keys do
+    not open the stored credentials (see `preflight.check_vault_key`).
+    """
     from corral.hands._uids import UidRange
     from corral.hands.local import LocalHands
 
     await anyio.to_thread.run_sync(secure_data_dir, settings.data_dir)
-    keyring = _vault_keyring(settings)  # before the store opens: a bad key fails fast
+    loaded = _vault_keys(settings)  # before the store opens: a bad key fails fast
+    keyring = loaded.keyring
     store = open_store(settings)
     await store.open()
+    if vault_check:
+        try:
+            await check_vault_key(store, keyring, key_source(settings, loaded))
+        except BaseException:
+            await store.aclose()
+            raise
     work_items = work_items_for(store)
     vault_secrets = VaultSecrets(store, keyring)
     egress_credentials = EgressCredentials(vault_secrets, settings.data_dir)
@@ -271,7 +281,7 @@ def _web_search(settings: Settings) -> WebSearch | None:
     return WebSearch(settings.web_search, server_policy(settings.egress_allow_private))
 
 
-def _vault_keyring(settings: Settings) -> Keyring:
+def _vault_keys(settings: Settings) -> LoadedKeys:
     """The vault keys; says where a generated key file is (never the key) so it gets backed up."""
     loaded = load_keys(settings.vault_key, settings.data_dir)
     if loaded.generated:
@@ -285,7 +295,7 @@ def _vault_keyring(settings: Settings) -> Keyring:
         loaded.keyring.primary_id,
         len(loaded.keyring.key_ids),
     )
-    return loaded.keyring
+    return loaded
 
 
 def recipe_factory(

@@ -7,7 +7,8 @@ the demo, so both can import it without importing each other.
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -35,28 +36,57 @@ async def traced(settings: Settings) -> AsyncIterator[None]:
             await anyio.to_thread.run_sync(provider.shutdown)
 
 
-async def serve_async(settings: Settings, *, ready: Any = None) -> None:
-    """Run API + brains (+ local hands) until cancelled."""
+def _announcing_server(config: Any, announce: Callable[[], None] | None) -> Any:
+    """uvicorn's server, calling `announce` once it accepts requests (after the lifespan
+    started: a line saying "listening" any earlier would be a lie)."""
+    import uvicorn
+
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if announce is not None and not self.should_exit:
+                announce()
+
+    return AnnouncingServer(config)
+
+
+async def serve_async(
+    settings: Settings,
+    *,
+    ready: Any = None,
+    sock: socket.socket | None = None,
+    announce: Callable[[], None] | None = None,
+    vault_check: bool = True,
+) -> None:
+    """Run API + brains (+ local hands) until cancelled.
+
+    `sock`: a socket already listening (`preflight.listen`; the CLI binds before anything
+    else, so a taken port is one line, not a traceback); None binds settings.host:port here.
+    `announce` is called once the server accepts requests.
+    """
     import uvicorn
 
     from corral.api.app import create_asgi
+    from corral.preflight import listen
     from corral.runtime import open_runtime
 
-    async with traced(settings), open_runtime(settings) as runtime:
-        config = uvicorn.Config(
-            create_asgi(runtime),
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            log_config=None,  # uvicorn's loggers go through ours (JSON lines off a terminal)
-            lifespan="on",
-            timeout_graceful_shutdown=2,
-        )
-        server = uvicorn.Server(config)
-        tune_gc()
-        if ready is not None:
-            ready(server)
-        await server.serve()
+    listener = sock if sock is not None else listen(settings.host, settings.port)
+    with listener:  # uvicorn closes it on shutdown; this closes it when the runtime fails
+        async with traced(settings), open_runtime(settings, vault_check=vault_check) as runtime:
+            config = uvicorn.Config(
+                create_asgi(runtime),
+                host=settings.host,
+                port=settings.port,
+                log_level="warning",
+                log_config=None,  # uvicorn's loggers go through ours (JSON lines off a tty)
+                lifespan="on",
+                timeout_graceful_shutdown=2,
+            )
+            server = _announcing_server(config, announce)
+            tune_gc()
+            if ready is not None:
+                ready(server)
+            await server.serve(sockets=[listener])
 
 
 def tune_gc() -> None:

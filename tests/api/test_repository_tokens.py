@@ -50,7 +50,7 @@ def test_sealed_bound_rotated_and_forgotten(tmp_path: Path) -> None:
     assert TOKEN.encode() not in b"".join(p.read_bytes() for p in tmp_path.iterdir())
 
     env = {**os.environ, "CORRAL_VAULT_KEY": f"{new},{old}"}
-    env["CORRAL_CONFIG"] = str(tmp_path / "none.toml")
+    env["CORRAL_CONFIG"] = os.devnull  # no config file
     args = [sys.executable, "-m", "corral", "vault-rekey", "--data-dir", str(tmp_path)]
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
     assert "2 repository token(s)" in done.stdout + done.stderr

@@ -38,7 +38,7 @@ async def _seal_under(data_dir: Path, key: str) -> tuple[str, list[str]]:
 
 
 def _rekey(data_dir: Path, keys: str) -> str:
-    env = {**os.environ, "CORRAL_VAULT_KEY": keys, "CORRAL_CONFIG": str(data_dir / "none.toml")}
+    env = {**os.environ, "CORRAL_VAULT_KEY": keys, "CORRAL_CONFIG": os.devnull}
     done = subprocess.run(
         [sys.executable, "-m", "corral", "vault-rekey", "--data-dir", str(data_dir)],
         env=env,

@@ -98,7 +98,7 @@ def test_sse_on_api_process_sees_appends_of_worker_process(
             "CORRAL_API_KEYS": API_KEY,
             "ANTHROPIC_API_KEY": "sk-test",
             "ANTHROPIC_BASE_URL": fake.url,
-            "CORRAL_CONFIG": str(data / "corral.toml"),
+            "CORRAL_CONFIG": os.devnull,  # no config file
         }
         with (data / "worker.log").open("wb") as log:
             worker = subprocess.Popen(

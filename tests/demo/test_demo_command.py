@@ -29,7 +29,7 @@ def played(
     """Run `corral demo` once, keeping its data directory."""
     cwd = tmp_path_factory.mktemp("demo")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-    env["CORRAL_CONFIG"] = str(cwd / "absent.toml")
+    env["CORRAL_CONFIG"] = os.devnull  # no config file
     done = subprocess.run(
         [sys.executable, "-m", "corral", "demo", "--data-dir", str(cwd / "data")],
         cwd=cwd,

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -88,9 +89,13 @@ class FakeModelServer:
     `/v1` (give it to the OpenAI SDK). `handler` may be swapped between requests.
     """
 
-    def __init__(self, handler: Handler | Sequence[Reply], *, port: int = 0) -> None:
+    def __init__(
+        self, handler: Handler | Sequence[Reply], *, port: int = 0, tls_cert: Path | None = None
+    ) -> None:
+        """`tls_cert`: a PEM file holding a key and its certificate: serve HTTPS with it."""
         self.handler: Handler = handler if callable(handler) else ScriptedTurns(handler)
         self._port = port
+        self._tls_cert = tls_cert
         self._recorded: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._server: uvicorn.Server | None = None
@@ -110,7 +115,8 @@ class FakeModelServer:
     def url(self) -> str:
         """The root URL; stays valid (and refused) after `stop`, for connection-error tests."""
         assert self._bound_port is not None, "server not started"
-        return f"http://127.0.0.1:{self._bound_port}"
+        scheme = "https" if self._tls_cert is not None else "http"
+        return f"{scheme}://127.0.0.1:{self._bound_port}"
 
     @property
     def openai_url(self) -> str:
@@ -147,6 +153,8 @@ class FakeModelServer:
             ws="none",
             backlog=4096,
             timeout_graceful_shutdown=1,
+            ssl_certfile=self._tls_cert,
+            ssl_keyfile=self._tls_cert,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anthropic
 
@@ -27,7 +27,7 @@ def cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     """`corral ARGS --data-dir …` against the server's store, as an operator runs it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CORRAL_"))}
     env.update(server.extra_env)
-    env["CORRAL_CONFIG"] = str(server.data_dir / "corral.toml")
+    env["CORRAL_CONFIG"] = str(server.data_dir / "corral.toml")  # ServerProcess created it
     return subprocess.run(
         [sys.executable, "-m", "corral", *args, "--data-dir", str(server.data_dir)],
         env=env,
@@ -60,14 +60,17 @@ class WorkerProcess:
         self.log_path = workdir.parent / f"{workdir.name}.log"
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
         child_env.update(env, CORRAL_ENVIRONMENT_KEY=key)
+        command = self.command(server.url, environment_id, workdir)
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                self.command(server.url, environment_id, workdir),
-                env=child_env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            self.proc = self.popen(command, child_env, log)
+
+    def popen(
+        self, command: list[str], env: dict[str, str], log: IO[bytes]
+    ) -> subprocess.Popen[bytes]:
+        """Start the worker in its own process group, logging to `log`."""
+        return subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def command(self, url: str, environment_id: str, workdir: Path) -> list[str]:
         """The worker's command line."""
@@ -136,7 +139,7 @@ class HandsProcess(WorkerProcess):
     ) -> None:
         self.max_idle = max_idle
         env.setdefault("CORRAL_SANDBOX_UID_RANGE", UIDS)
-        env.setdefault("CORRAL_CONFIG", str(workdir / "none.toml"))
+        env.setdefault("CORRAL_CONFIG", os.devnull)  # no config file
         super().__init__(server, environment_id, key, workdir, **env)
 
     def command(self, url: str, environment_id: str, workdir: Path) -> list[str]:

@@ -225,10 +225,12 @@ async def _record_failure(run: Run, start_id: str, error: ModelError | None, att
     if error is None:
         await run.append(failed)
     elif not error.retryable or attempt >= run.deps.settings.max_model_retries:
+        run.telemetry.model_failed(error, "exhausted", attempt)
         await run.append(
             failed, ev.model_error(error, "exhausted"), ev.status_idle("retries_exhausted")
         )
     else:
+        run.telemetry.model_failed(error, "retrying", attempt)
         await run.append(
             failed, ev.event("session.status_rescheduled"), ev.model_error(error, "retrying")
         )

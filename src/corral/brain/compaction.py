@@ -194,6 +194,8 @@ async def _backoff(run: Run, attempt: int, since: int) -> bool:
 
 async def _record_failure(run: Run, error: ModelError, attempt: int) -> None:
     if not error.retryable or attempt >= run.deps.settings.max_model_retries:
+        run.telemetry.model_failed(error, "exhausted", attempt)
         await run.append(ev.model_error(error, "exhausted"), ev.status_idle("retries_exhausted"))
     else:
+        run.telemetry.model_failed(error, "retrying", attempt)
         await run.append(ev.event("session.status_rescheduled"), ev.model_error(error, "retrying"))

@@ -14,7 +14,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -95,14 +94,16 @@ def run_embedded_demo(settings: Settings, *, model: str) -> int:
         tempfile.TemporaryDirectory(prefix="corral-demo-") as scratch,
         _server_log_in(SERVER_LOG),
     ):
-        data_dir = settings.data_dir if settings.data_dir != Path(".corral") else Path(scratch)
-        demo_settings = replace(
-            settings,
-            host="127.0.0.1",
-            port=_free_port(),
-            api_keys=(key,),
-            data_dir=data_dir / "server",
-            database_url=None,
+        given = settings.source("data_dir") != "default"
+        data_dir = settings.data_dir if given else Path(scratch)
+        demo_settings = settings.model_copy(
+            update={
+                "host": "127.0.0.1",
+                "port": _free_port(),
+                "api_keys": (key,),
+                "data_dir": data_dir / "server",
+                "database_url": None,
+            }
         )
         server = EmbeddedServer(demo_settings).start()
         try:

@@ -72,11 +72,16 @@ ModelStreamEvent = TextDelta | ThinkingStarted | ModelResponse
 class ModelError(Exception):
     """A model call failed; `retryable` errors are retried by the brain with backoff."""
 
-    def __init__(self, kind: ModelErrorKind, message: str, *, retryable: bool) -> None:
+    def __init__(
+        self, kind: ModelErrorKind, message: str, *, retryable: bool, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.kind: ModelErrorKind = kind
         self.message = message
         self.retryable = retryable
+        self.status = status
+        """The provider's HTTP status, when it answered with one (None: no answer, an error
+        inside a streamed answer, or no call made)."""
 
 
 class ModelClient(Protocol):

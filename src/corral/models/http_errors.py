@@ -51,7 +51,17 @@ def error_for_status(
         found = _BY_TYPE.get(error_type or "", ("request_failed", True))
     kind, retryable = found
     label = " ".join(str(p) for p in (status, error_type) if p is not None)
-    return ModelError(kind, f"{provider}: {label}: {message}", retryable=retryable)
+    return ModelError(kind, f"{provider}: {label}: {message}", retryable=retryable, status=status)
+
+
+def missing_key(key_name: str, model: str) -> ModelError:
+    """The call could not be made: the route's key variable is not set (or empty)."""
+    return ModelError(
+        "authentication",
+        f"{key_name} is not set on the Corral server: set it in the environment of `corral "
+        f"serve` (and of every `corral worker`) and restart, to call {model!r}",
+        retryable=False,
+    )
 
 
 def connection_error(provider: str, detail: str) -> ModelError:

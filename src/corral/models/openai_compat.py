@@ -26,7 +26,7 @@ from corral.models.base import (
     TextDelta,
     ThinkingStarted,
 )
-from corral.models.http_errors import connection_error, error_for_status
+from corral.models.http_errors import connection_error, error_for_status, missing_key
 
 _PLACEHOLDER_KEY = "none"  # local servers ignore the key, but the SDK insists on one
 
@@ -71,11 +71,7 @@ class OpenAICompatClient:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """Stream one response; see `ModelClient.stream`."""
         if self._missing_key is not None:
-            raise ModelError(
-                "authentication",
-                f"no API key: set {self._missing_key} in the server's environment",
-                retryable=False,
-            )
+            raise missing_key(self._missing_key, request.model)
         accumulator = _ChatAccumulator()
         try:
             chunks = await self._sdk.chat.completions.create(

@@ -136,4 +136,5 @@ class ModelRouter:
             route.base_url or self._env.get("ANTHROPIC_BASE_URL") or None,
             upstream_model=route.model,
             api_key_name=key_name,
+            env=self._env,
         )

@@ -33,7 +33,8 @@ _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _REPO_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
 
-def _bound_to(resource_id: str) -> str:
+def token_bound_to(resource_id: str) -> str:
+    """What a repository token is sealed for (a token moved to another resource will not open)."""
     return f"repository/{resource_id}"
 
 
@@ -162,7 +163,7 @@ class RepositoryTokens:
 
     async def put(self, session_id: str, resource_id: str, token: str) -> None:
         """Store (or replace) the resource's token, sealed."""
-        sealed = self._keyring.seal({"token": token}, _bound_to(resource_id))
+        sealed = self._keyring.seal({"token": token}, token_bound_to(resource_id))
         now = now_rfc3339()
         row = Resource(
             kind=TOKEN_KIND,
@@ -180,7 +181,9 @@ class RepositoryTokens:
         row = await self._store.get_resource(TOKEN_KIND, resource_id)
         if row is None:
             return None
-        return self._keyring.open(str(row.body["sealed"]), _bound_to(resource_id)).values["token"]
+        return self._keyring.open(str(row.body["sealed"]), token_bound_to(resource_id)).values[
+            "token"
+        ]
 
     async def rekey(self) -> int:
         """Re-seal every token sealed under a non-primary key (`corral vault-rekey`)."""

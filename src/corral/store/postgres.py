@@ -35,6 +35,7 @@ from corral.store import postgres_sql as q
 from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
 from corral.store.postgres_db import Listener, migrate, preview_payloads
 from corral.store.postgres_memory import PostgresMemories
+from corral.store.postgres_probe import probe
 from corral.store.wakeups import WorkSignal
 
 log = logging.getLogger("corral.store.postgres")
@@ -69,7 +70,10 @@ class PostgresStore(PostgresMemories):
         """Connect, apply pending migrations and start listening.
 
         Unlike the embedded store, leases are left alone: other live processes may hold them.
+        One plain connection first: the pool would retry a dead server for 30 s (see
+        `postgres_probe`).
         """
+        await probe(self.url)
         pool: AsyncConnectionPool[q.Conn] = AsyncConnectionPool(
             self.url,
             min_size=min(2, self._pool_size),
