@@ -1,8 +1,8 @@
 """Podman for the deployment tests, made from Debian packages alone.
 
-No image registry is reachable from CI, so the base image is a `debootstrap --variant=minbase
-bookworm` tree, tarred once into a cache shared with other tests (`BASE_TAR`, guarded by
-`BASE_LOCK`) and imported. Podman runs with its own configuration and storage in a temporary
+No image registry is reachable from CI, so the base image is the `debootstrap --variant=minbase
+bookworm` tree the stock-Debian install tests use too (`tests/install/debian_root.py`, cached
+once a day), imported. Podman runs with its own configuration and storage in a temporary
 directory: Debian's podman works on these machines with runc and cgroupfs only (crun refuses
 hybrid cgroups), and a private storage means every run builds from a clean cache and leaves
 nothing behind.
@@ -11,23 +11,17 @@ nothing behind.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Iterator
 from pathlib import Path
 
-CACHE = Path("/var/cache/corral-tests")
-BASE_TAR = CACHE / "bookworm-minbase.tar"
-BASE_LOCK = CACHE / "bookworm-minbase.lock"
+from tests.install.debian_root import bookworm_minbase_tar
+
 BASE_IMAGE = "localhost/corral-base:bookworm"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Debian packages the tests need: podman with runc (crun refuses hybrid cgroups), netavark
 # and aardvark-dns (compose services find each other by name; only Recommends of podman).
 PACKAGES = ("podman", "runc", "netavark", "aardvark-dns", "debootstrap")
@@ -64,55 +58,6 @@ def _installed(package: str) -> bool:
         ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
     )
     return done.stdout.endswith(" installed")
-
-
-def debian_mirror(sources: Path = Path("/etc/apt")) -> str:
-    """The machine's own Debian mirror (the one apt already reaches), from its sources."""
-    files = [sources / "sources.list", *sorted((sources / "sources.list.d").glob("*"))]
-    for path in files:
-        with contextlib.suppress(OSError):
-            text = path.read_text()
-            deb822 = re.search(r"^URIs:\s*(\S+/debian)/?\s*$", text, re.MULTILINE)
-            one_line = re.search(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+/debian)/?\s", text, re.MULTILINE)
-            if found := deb822 or one_line:
-                return found.group(1)
-    return DEFAULT_MIRROR
-
-
-def _built_today(path: Path) -> bool:
-    if not path.is_file() or path.stat().st_size == 0:
-        return False
-    return (
-        datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).date() == datetime.now(tz=UTC).date()
-    )
-
-
-def base_tarball() -> Path:
-    """The cached minbase tree as a tar, made with debootstrap (1-3 min) when it was not made
-    today, so security updates reach the tests within a day. The same cache, lock and layout
-    as the stock-Debian install tests (tests/install), whichever runs first builds it."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with BASE_LOCK.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _built_today(BASE_TAR):
-            return BASE_TAR
-        with tempfile.TemporaryDirectory(dir=CACHE, prefix="build-") as tmp:
-            tree = Path(tmp) / "root"
-            _run(["debootstrap", "--variant=minbase", "bookworm", str(tree), debian_mirror()])
-            # debootstrap leaves the root as private as the temporary folder; Debian's / is
-            # 0755, or no uid but root (a sandbox's, apt's _apt) could reach anything.
-            tree.chmod(0o755)
-            partial = Path(tmp) / BASE_TAR.name
-            _run(["tar", "-C", str(tree), "--numeric-owner", "-cf", str(partial), "."])
-            # Readers that do not take the lock still see the old tarball or the new one.
-            os.replace(partial, BASE_TAR)
-    return BASE_TAR
-
-
-def _run(command: Sequence[str], **kwargs: object) -> None:
-    done = subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
-    if done.returncode != 0:
-        raise RuntimeError(f"{command[0]} failed ({done.returncode}): {done.stderr[-3000:]}")
 
 
 class Podman:
@@ -190,7 +135,7 @@ class Podman:
 
     def import_base(self) -> None:
         """The cached Debian tree as `BASE_IMAGE`."""
-        self.run("import", str(base_tarball()), BASE_IMAGE, timeout=300)
+        self.run("import", str(bookworm_minbase_tar()), BASE_IMAGE, timeout=300)
 
     def reset(self) -> None:
         """Remove this storage's containers, volumes and networks, then the storage itself.
