@@ -131,3 +131,17 @@ def test_without_the_privileges_the_tool_call_fails_and_says_why(
         assert "provision_failed" in result.content[0].text
     finally:
         solo.remove()
+
+
+@pytest.mark.timeout(600)
+def test_config_check_runs_in_the_image_and_names_a_bad_variable(
+    podman: Podman, images: Images
+) -> None:
+    """The entrypoint takes any corral command (docs/deploy.md: `config check`)."""
+    ok = podman.run("run", "--rm", "-e", f"CORRAL_API_KEYS={API_KEY}", images.corral,
+                    "config", "check", check=False)  # fmt: skip
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = podman.run("run", "--rm", "-e", "CORRAL_WORKERS=abc", images.corral,
+                     "config", "check", check=False)  # fmt: skip
+    assert bad.returncode == 2
+    assert "CORRAL_WORKERS" in bad.stderr + bad.stdout
