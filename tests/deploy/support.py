@@ -1,4 +1,4 @@
-"""SDK side of the deployment tests: wait for a server, run a turn, read its events."""
+"""What the deployment tests share: the agent toolset, waiting for a server to answer."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import time
 from collections.abc import Callable
 
 import httpx
-
-from tests.fakes.messages_server import FakeModelServer
 
 TOOLSET = {"type": "agent_toolset_20260401"}
 
@@ -27,12 +25,3 @@ def wait_healthy(
             raise AssertionError(reason)
         time.sleep(0.5)
     raise AssertionError(f"{url}/health did not answer within {timeout} s")
-
-
-def wait_for_requests(fake: FakeModelServer, count: int, timeout: float) -> None:
-    """Until the fake model has received `count` requests."""
-    deadline = time.monotonic() + timeout
-    while len(fake.requests) < count:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the model got {len(fake.requests)} of {count} requests")
-        time.sleep(0.1)
