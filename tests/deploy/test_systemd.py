@@ -45,6 +45,11 @@ class Host:
             f" > {dropin}/test.conf && systemctl daemon-reload"
         )
 
+    def system_state(self) -> str:
+        """`systemctl is-system-running`: "running" once booted."""
+        done = self.podman.run("exec", self.name, "systemctl", "is-system-running", check=False)
+        return done.stdout.strip()
+
     def journal(self, *units: str) -> str:
         args = " ".join(f"-u {u}" for u in units)
         return self.podman.run(
@@ -68,9 +73,7 @@ def host(podman: Podman, images: Images) -> Iterator[Host]:
         )  # fmt: skip
         box = Host(podman, name)
         deadline = time.monotonic() + 60
-        while box.podman.run(
-            "exec", name, "systemctl", "is-system-running", check=False
-        ).stdout.strip() not in ("running", "degraded"):
+        while box.system_state() not in ("running", "degraded"):
             assert time.monotonic() < deadline, "systemd did not boot"
             time.sleep(0.5)
     try:
