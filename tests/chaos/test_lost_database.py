@@ -81,6 +81,7 @@ def proxied_postgres() -> Iterator[tuple[str, BlackHoleProxy]]:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_black_holed_postgres_answers_503_in_bound_and_applies_nothing(
     tmp_path: Path, fake_model: FakeModelServer, proxied_postgres: tuple[str, BlackHoleProxy]
 ) -> None:

@@ -100,3 +100,16 @@ async def test_the_bound_says_whether_a_commit_was_in_flight(
         await anyio.sleep(2 * BOUND)  # let anything held in the network land: it must not commit
         assert not _applied(pg_url, where)
     await store.ping(5.0)  # and the store answers again
+
+
+async def test_the_server_gives_up_too(store: PostgresStore) -> None:
+    """A live but stuck server cancels the statement itself, and ends a transaction whose
+    client vanished (releasing its locks) instead of holding it until TCP notices."""
+    async with store.pool.connection(5 * BOUND) as conn:  # the server's bound fires first
+        rows = [
+            await (await conn.execute(f"SHOW {name}")).fetchone()
+            for name in ("statement_timeout", "idle_in_transaction_session_timeout")
+        ]
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            await conn.execute("SELECT pg_sleep(3)")
+    assert rows == [("1s",), ("2s",)]

@@ -33,7 +33,12 @@ from corral.session.queue import QueueStatus
 from corral.store import postgres_calls
 from corral.store import postgres_sql as q
 from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
-from corral.store.postgres_bound import BoundedPool, TrackingCursor, session_options
+from corral.store.postgres_bound import (
+    BoundedPool,
+    TrackingCursor,
+    connect_options,
+    server_timeouts,
+)
 from corral.store.postgres_db import Listener, migrate, preview_payloads
 from corral.store.postgres_memory import PostgresMemories
 from corral.store.postgres_probe import probe
@@ -91,8 +96,9 @@ class PostgresStore(PostgresMemories):
             kwargs={
                 "autocommit": True,
                 "cursor_factory": TrackingCursor,
-                **session_options(self.url, self.store_timeout),
+                **connect_options(self.url, self.store_timeout),
             },
+            configure=server_timeouts(self.store_timeout),
             open=False,
             name=f"corral-{self.origin}",
         )

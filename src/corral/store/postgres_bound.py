@@ -32,7 +32,7 @@ import socket
 import struct
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Self
 
@@ -74,18 +74,26 @@ class TrackingCursor(psycopg.AsyncCursor[TupleRow]):
 _LOG_EVERY = 60.0
 
 
-def session_options(url: str, bound: float) -> dict[str, str]:
-    """Connection parameters that make the server give up too: a statement is cancelled
-    past the bound, and a transaction left open by a vanished client is ended soon after."""
-    given = conninfo_to_dict(url)
+def connect_options(url: str, bound: float) -> dict[str, str]:
+    """libpq parameters: give up on a silent server's connection handshake too (unless the
+    URL says otherwise)."""
+    if "connect_timeout" in conninfo_to_dict(url):
+        return {}
+    return {"connect_timeout": str(max(int(bound), 2))}
+
+
+def server_timeouts(bound: float) -> Callable[[Conn], Awaitable[None]]:
+    """The pool's `configure` hook: the server gives up too. A statement is cancelled past
+    the bound (a live but stuck server: lock waits), and a transaction left open by a client
+    that vanished is ended soon after, releasing its locks. SET rather than the startup
+    `options` parameter, which connection poolers such as PgBouncer refuse."""
     ms = max(int(bound * 1000), 1)
-    options = f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={2 * ms}"
-    if given.get("options"):
-        options = f"{given['options']} {options}"  # the operator's own options come first
-    params = {"options": options}
-    if "connect_timeout" not in given:
-        params["connect_timeout"] = str(max(int(bound), 2))
-    return params
+
+    async def configure(conn: Conn) -> None:
+        await conn.execute(f"SET statement_timeout = {ms}")
+        await conn.execute(f"SET idle_in_transaction_session_timeout = {2 * ms}")
+
+    return configure
 
 
 class BoundedPool:
