@@ -79,7 +79,10 @@ def create_app(runtime: Runtime) -> Starlette:
         async with anyio.create_task_group() as tg:
             tg.start_soon(runtime.scheduler.run)  # brains and their sandboxes' tick, if any
             yield
-            tg.cancel_scope.cancel()
+            # The scheduler returns once its brains handed their sessions over; what is
+            # still running when the grace ends is cancelled (leases released on the way).
+            runtime.stopping.request()
+            tg.cancel_scope.deadline = anyio.current_time() + runtime.stopping.remaining()
 
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok", "version": __version__})
@@ -150,7 +153,11 @@ def create_asgi(runtime: Runtime) -> ASGIApp:
     """The full server: request log -> API key check -> SSE tails (bare ASGI) -> the app."""
     app = create_app(runtime)
     router = StreamRouter(
-        app, runtime.store, error_response, ping_seconds=runtime.settings.sse_ping_seconds
+        app,
+        runtime.store,
+        error_response,
+        ping_seconds=runtime.settings.sse_ping_seconds,
+        stopping=runtime.stopping,
     )
     workers = WorkerAuth(runtime.work, runtime.store) if runtime.work is not None else None
     auth = ApiKeyAuth(

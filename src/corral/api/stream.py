@@ -23,6 +23,7 @@ from corral.ids import new_id, now_rfc3339
 from corral.observability.metrics import SSE_CLIENTS
 from corral.session.log import EventQuery, NewEvents, Preview, SessionGone, StoredEvent
 from corral.session.threads import child_view, primary_own, primary_thread_id
+from corral.stopping import Stopping
 from corral.store.base import Store
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
@@ -79,12 +80,20 @@ class StreamRouter:
     """
 
     def __init__(
-        self, app: ASGIApp, store: Store, render_error: Any, *, ping_seconds: float = PING_SECONDS
+        self,
+        app: ASGIApp,
+        store: Store,
+        render_error: Any,
+        *,
+        ping_seconds: float = PING_SECONDS,
+        stopping: Stopping | None = None,
     ) -> None:
         self.app = app
         self.store = store
         self.render_error = render_error
         self.ping_seconds = ping_seconds
+        self.stopping = stopping or Stopping()
+        """Once requested, every stream ends its body cleanly (see `_tail`)."""
         self.frames = _FrameCache()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -137,10 +146,18 @@ class StreamRouter:
             await send(
                 {"type": "http.response.body", "body": b": connected\n\n", "more_body": True}
             )
+            ended = False
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
-                await self._pump(session_id, sub, position, deltas, send, view)
+                tg.start_soon(_cancel_on_stop, self.stopping, tg.cancel_scope)
+                ended = await self._pump(session_id, sub, position, deltas, send, view)
                 tg.cancel_scope.cancel()
+            if not ended and self.stopping.requested:
+                # The process is stopping: end the chunked body properly, between frames, so
+                # the client sees a clean end and reconnects (nothing is lost: it is all in
+                # the log). Cut off by the server's own timeout instead, it would see a
+                # broken response.
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client went away mid-write
         finally:
@@ -155,7 +172,8 @@ class StreamRouter:
         deltas: set[str],
         send: Send,
         view: View | None,
-    ) -> None:
+    ) -> bool:
+        """Send events until cancelled; True when it ended the body itself (session gone)."""
         while True:
             signals = await sub.next(self.ping_seconds)
             if not signals:
@@ -169,7 +187,7 @@ class StreamRouter:
                     out.append(_deleted_frame())
                     await _write(send, b"".join(out))
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    return
+                    return True
                 if isinstance(signal, Preview):
                     if _wanted(signal.body, deltas):
                         out.append(frame(signal.body["type"], signal.body))
@@ -203,6 +221,11 @@ async def _write(send: Send, body: bytes) -> None:
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+    scope.cancel()
+
+
+async def _cancel_on_stop(stopping: Stopping, scope: anyio.CancelScope) -> None:
+    await stopping.wait()
     scope.cancel()
 
 

@@ -36,6 +36,7 @@ from corral.session.log import (
     StoredEvent,
     Subscription,
 )
+from corral.stopping import Stopping
 from corral.store.base import SessionRow, Store
 from corral.store.work_base import WorkItems
 from corral.tools.web_search import WebSearch
@@ -145,6 +146,9 @@ class BrainDeps:
     contexts: ContextPolicies | None = None
     """Context windows (None: no session is ever compacted)."""
     memo: Memo = field(default_factory=Memo)
+    stopping: Stopping = field(default_factory=Stopping)
+    """This process's stop: once requested, brains hand their sessions over after the
+    current step."""
     stats: BrainStats = field(default_factory=BrainStats)
 
 
