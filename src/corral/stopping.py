@@ -35,6 +35,7 @@ class Stopping:
         self._deadline: float | None = None
         self._event: anyio.Event | None = None
         """Made on first wait: an anyio Event needs a running event loop."""
+        self._callbacks: list[Callable[[], None]] = []
 
     @property
     def requested(self) -> bool:
@@ -43,10 +44,18 @@ class Stopping:
 
     def request(self) -> None:
         """Start the stop (idempotent: the grace counts from the first request)."""
-        if self._deadline is None:
-            self._deadline = time.monotonic() + self.grace_seconds
+        if self._deadline is not None:
+            return
+        self._deadline = time.monotonic() + self.grace_seconds
         if self._event is not None:
             self._event.set()
+        for callback in self._callbacks:
+            callback()
+
+    def on_request(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (in the event loop's thread) when the stop is requested; a
+        callback costs nothing per waiter, where a task waiting would (SSE streams)."""
+        self._callbacks.append(callback)
 
     def remaining(self) -> float:
         """Seconds of grace left (the whole grace before any request)."""

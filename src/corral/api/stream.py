@@ -94,6 +94,9 @@ class StreamRouter:
         self.ping_seconds = ping_seconds
         self.stopping = stopping or Stopping()
         """Once requested, every stream ends its body cleanly (see `_tail`)."""
+        self._open: set[anyio.CancelScope] = set()
+        """The pumps of open streams, ended together when the process stops."""
+        self.stopping.on_request(self._end_all)
         self.frames = _FrameCache()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -116,6 +119,10 @@ class StreamRouter:
         query = parse_qsl(scope.get("query_string", b"").decode(), keep_blank_values=False)
         deltas = {v for k, v in query if k in ("event_deltas[]", "event_deltas")}
         await self._tail(log_id, deltas, receive, send, view)
+
+    def _end_all(self) -> None:
+        for scope in self._open:
+            scope.cancel()
 
     async def _thread_log(self, session_id: str, thread_id: str) -> tuple[str, View | None]:
         """The log a thread stream tails, and how it shows its events."""
@@ -149,8 +156,13 @@ class StreamRouter:
             ended = False
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
-                tg.start_soon(_cancel_on_stop, self.stopping, tg.cancel_scope)
-                ended = await self._pump(session_id, sub, position, deltas, send, view)
+                self._open.add(tg.cancel_scope)
+                if self.stopping.requested:  # opened while stopping: ends at once
+                    tg.cancel_scope.cancel()
+                try:
+                    ended = await self._pump(session_id, sub, position, deltas, send, view)
+                finally:
+                    self._open.discard(tg.cancel_scope)
                 tg.cancel_scope.cancel()
             if not ended and self.stopping.requested:
                 # The process is stopping: end the chunked body properly, between frames, so
@@ -221,11 +233,6 @@ async def _write(send: Send, body: bytes) -> None:
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-    scope.cancel()
-
-
-async def _cancel_on_stop(stopping: Stopping, scope: anyio.CancelScope) -> None:
-    await stopping.wait()
     scope.cancel()
 
 
