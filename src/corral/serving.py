@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from corral.config import Settings
-from corral.stopping import watch_signals
+from corral.stopping import Stopping, watch_signals
 
 
 @asynccontextmanager
@@ -38,10 +38,18 @@ async def traced(settings: Settings) -> AsyncIterator[None]:
             await anyio.to_thread.run_sync(provider.shutdown)
 
 
-def signal_free_server(config: Any) -> Any:
+def signal_free_server(
+    config: Any,
+    stopping: Stopping | None = None,
+    announce: Callable[[], None] | None = None,
+) -> Any:
     """uvicorn's server without its own SIGINT/SIGTERM handlers: `corral.stopping` handles
     them for the whole process (uvicorn's would only stop its HTTP side, then re-raise the
-    signal and kill the process before brains handed over and the runtime closed)."""
+    signal and kill the process before brains handed over and the runtime closed).
+
+    Its shutdown, however started, requests `stopping` first, so that SSE streams end
+    before uvicorn waits for open connections. `announce` is called once it accepts requests
+    (after the lifespan started: a line saying "listening" any earlier would be a lie)."""
     import uvicorn
 
     class SignalFreeServer(uvicorn.Server):
@@ -49,23 +57,17 @@ def signal_free_server(config: Any) -> Any:
         def capture_signals(self) -> Iterator[None]:
             yield
 
-    return SignalFreeServer(config)
-
-
-def _announcing_server(config: Any, announce: Callable[[], None] | None) -> Any:
-    """The API's server, calling `announce` once it accepts requests (after the lifespan
-    started: a line saying "listening" any earlier would be a lie)."""
-    server = signal_free_server(config)
-    if announce is not None:
-        started = server.startup
-
-        async def startup(sockets: list[socket.socket] | None = None) -> None:
-            await started(sockets)
-            if not server.should_exit:
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if announce is not None and not self.should_exit:
                 announce()
 
-        server.startup = startup
-    return server
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            if stopping is not None:
+                stopping.request()
+            await super().shutdown(sockets)
+
+    return SignalFreeServer(config)
 
 
 async def serve_async(
@@ -102,7 +104,7 @@ async def serve_async(
                 # SSE streams end at once when stopping; other requests get the grace
                 timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),
             )
-            server = _announcing_server(config, announce)
+            server = signal_free_server(config, runtime.stopping, announce)
             tune_gc()
             if ready is not None:
                 ready(server)
