@@ -74,6 +74,7 @@ def start_turn(client: anthropic.Anthropic, data_dir: Path) -> str:
     session_id = toolset_session(client)
     say(client, session_id, "run it")
     wait_for(lambda: tool_call_running(client, session_id), "the bash call never started")
+    wait_for(lambda: workspace(data_dir, session_id).is_dir(), "no workspace was made")
     time.sleep(0.5)  # the call reaches the sandbox
     return session_id
 
@@ -146,6 +147,7 @@ def test_sigterm_to_a_worker_mid_tool_call_hands_the_session_over(
             exited = wait_exit(first, timeout=20)
             wait_idle(client, session_id, stop="end_turn", timeout=30)
             taken_over_in = time.monotonic() - exited
+            print(f"turn finished {taken_over_in:.2f} s after the stopped worker exited")
             assert taken_over_in < 2.0, f"the other worker finished {taken_over_in:.1f} s later"
             assert_finished_once(client, fake, data, session_id)
             assert first.returncode == 0, (data / "first.log").read_text()[-3000:]
@@ -211,6 +213,8 @@ def test_sigterm_to_serve_ends_streams_cleanly_and_the_restart_finishes_the_turn
             assert watch.ended_at is not None and watch.ended_at - signalled < 5
             release_tool_call(data, session_id)
             exited = wait_exit(server.proc, timeout=25)
+            ended, exit_after = watch.ended_at - signalled, exited - signalled
+            print(f"stream ended after {ended:.2f} s, exit after {exit_after:.2f} s")
             assert exited - signalled < 20, "the server did not exit within the grace"
             assert server.proc.returncode == 0, server.log_path.read_text()[-3000:]
             server.proc = None
