@@ -194,9 +194,11 @@ def watched_stream(client: anthropic.Anthropic, session_id: str) -> Iterator[Str
     thread.join(timeout=30)
 
 
+@pytest.mark.parametrize("how", ["sigterm", "ctrl_c"])
 def test_sigterm_to_serve_ends_streams_cleanly_and_the_restart_finishes_the_turn(
-    tmp_path: Path,
+    tmp_path: Path, how: str
 ) -> None:
+    """`ctrl_c`: SIGINT to the server's whole process group, as a terminal sends it."""
     data = tmp_path / "data"
     with FakeModelServer(script()) as fake:
         server = ServerProcess(data, model_url=fake.url).start()
@@ -207,7 +209,10 @@ def test_sigterm_to_serve_ends_streams_cleanly_and_the_restart_finishes_the_turn
             with watched_stream(client, session_id) as watch:
                 signalled = time.monotonic()
                 assert server.proc is not None
-                server.proc.send_signal(signal.SIGTERM)
+                if how == "ctrl_c":
+                    os.killpg(server.proc.pid, signal.SIGINT)
+                else:
+                    server.proc.send_signal(signal.SIGTERM)
                 wait_for(lambda: watch.ended_at is not None, "the stream did not end", 10)
             assert watch.error is None, f"the stream broke: {watch.error!r}"
             assert watch.ended_at is not None and watch.ended_at - signalled < 5
