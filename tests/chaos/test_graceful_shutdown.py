@@ -39,8 +39,12 @@ from tests.server import (
 
 pytestmark = pytest.mark.slow
 
-# Blocks until the test creates /workspace/go; leaves one line in /workspace/runs per run.
-COMMAND = "while [ ! -e /workspace/go ]; do sleep 0.05; done; echo ran >> /workspace/runs; echo ok"
+# Says it started, blocks until the test creates /workspace/go, then leaves one line in
+# /workspace/runs per run.
+COMMAND = (
+    "touch /workspace/started; while [ ! -e /workspace/go ]; do sleep 0.05; done; "
+    "echo ran >> /workspace/runs; echo ok"
+)
 
 
 def script() -> list[Turn]:
@@ -74,23 +78,23 @@ def start_turn(client: anthropic.Anthropic, data_dir: Path) -> str:
     session_id = toolset_session(client)
     say(client, session_id, "run it")
     wait_for(lambda: tool_call_running(client, session_id), "the bash call never started")
-    wait_for(lambda: workspace(data_dir, session_id).is_dir(), "no workspace was made")
-    time.sleep(0.5)  # the call reaches the sandbox
+    started = workspace(data_dir, session_id) / "started"
+    wait_for(started.exists, "the sandbox never ran the bash call")
     return session_id
 
 
 def assert_finished_once(
-    client: anthropic.Anthropic, fake: FakeModelServer, data_dir: Path, session_id: str
+    client: anthropic.Anthropic, requests: int, data_dir: Path, session_id: str
 ) -> None:
     """The turn ended, its tool call ran once and reported success, the model was asked
-    exactly twice (nothing re-run, no "interrupted" result to answer)."""
+    exactly twice (`requests`: nothing re-run, no "interrupted" result to answer)."""
     log = events(client, session_id)
     results = [e for e in log if e.type == "agent.tool_result"]
     assert len(results) == 1, [e.type for e in log]
     assert not results[0].is_error, results[0].content
     assert results[0].content[0].text.strip() == "ok"
     assert (workspace(data_dir, session_id) / "runs").read_text() == "ran\n"
-    assert len(fake.requests) == 2, "the model was asked again"
+    assert requests == 2, "the model was asked again"
     assert [e.type for e in log].count("session.error") == 0
 
 
@@ -125,8 +129,10 @@ def wait_worker_ready(port: int) -> None:
 def test_sigterm_to_a_worker_mid_tool_call_hands_the_session_over(
     tmp_path: Path, postgres_url: str
 ) -> None:
+    """Each worker has its own model server, so the test knows which one answered what."""
     data = tmp_path / "data"
-    with FakeModelServer(script()) as fake:
+    first_turn, last_turn = script()
+    with FakeModelServer([first_turn]) as fake, FakeModelServer([last_turn]) as other_fake:
         server = ServerProcess(
             data, model_url=fake.url, args=("--database-url", postgres_url, "--workers", "0")
         ).start()
@@ -135,10 +141,14 @@ def test_sigterm_to_a_worker_mid_tool_call_hands_the_session_over(
         session_id = ""
         try:
             client = server.client()
-            session_id = start_turn(client, data)  # only the first worker runs: it is its
+            session_id = start_turn(client, data)  # the only worker yet runs it
             port = free_port()
             second = start_worker(
-                data, postgres_url, fake.url, args=("--metrics-port", str(port)), log_name="2.log"
+                data,
+                postgres_url,
+                other_fake.url,
+                args=("--metrics-port", str(port)),
+                log_name="second.log",
             )
             wait_worker_ready(port)
             first.send_signal(signal.SIGTERM)
@@ -149,7 +159,9 @@ def test_sigterm_to_a_worker_mid_tool_call_hands_the_session_over(
             taken_over_in = time.monotonic() - exited
             print(f"turn finished {taken_over_in:.2f} s after the stopped worker exited")
             assert taken_over_in < 2.0, f"the other worker finished {taken_over_in:.1f} s later"
-            assert_finished_once(client, fake, data, session_id)
+            requests = len(fake.requests) + len(other_fake.requests)
+            assert_finished_once(client, requests, data, session_id)
+            assert len(other_fake.requests) == 1, "the other worker did not finish the turn"
             assert first.returncode == 0, (data / "first.log").read_text()[-3000:]
         finally:
             if session_id:
@@ -226,7 +238,7 @@ def test_sigterm_to_serve_ends_streams_cleanly_and_the_restart_finishes_the_turn
             server.start()
             client = server.client()
             wait_idle(client, session_id, stop="end_turn", timeout=30)
-            assert_finished_once(client, fake, data, session_id)
+            assert_finished_once(client, len(fake.requests), data, session_id)
         finally:
             if session_id:
                 release_tool_call(data, session_id)
