@@ -83,3 +83,13 @@ bench: install
 	$(UV) run python bench/chaos.py --sessions 200 --kills 1000
 
 all: lint typecheck test
+
+# The container image (deploy/Containerfile, docs/deploy.md). BASE=... picks another Debian 12
+# base image; behind TLS inspection the CA bundle in SSL_CERT_FILE goes in as a build secret.
+IMAGE ?= localhost/corral:latest
+.PHONY: image
+image:
+	podman build $(if $(BASE),--build-arg BASE=$(BASE)) \
+		$(if $(SSL_CERT_FILE),--secret id=ca$(comma)src=$(SSL_CERT_FILE)) \
+		-f deploy/Containerfile -t $(IMAGE) .
+comma := ,

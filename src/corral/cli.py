@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from corral import preflight
+from corral.cli_backup import refuse_newer_schema, register_backup
 from corral.cli_config import config_app, load_or_exit
 from corral.cli_envkeys import env_key_app
 from corral.cli_hands import hands
@@ -47,6 +48,7 @@ app = typer.Typer(
 app.add_typer(env_key_app, name="env-key")
 app.add_typer(config_app, name="config")
 app.command("hands")(hands)
+register_backup(app)
 console = Console(stderr=True)
 log = logging.getLogger("corral")
 
@@ -354,4 +356,5 @@ def status(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
 def main() -> None:
     """Entry point of the console script."""
     setup_logging(early_log_level(os.environ))
-    app()
+    with refuse_newer_schema():
+        app()

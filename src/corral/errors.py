@@ -8,7 +8,10 @@
     │   ├── Conflict            409 conflict_error
     │   │   ├── MemoryPreconditionFailed  409 memory_precondition_failed_error
     │   │   └── MemoryPathConflict        409 memory_path_conflict_error
-    │   └── PayloadTooLarge     413 request_too_large
+    │   ├── PayloadTooLarge     413 request_too_large
+    │   └── StorageFailure      the store cannot write: the operator must act
+    │       ├── DiskFull        507 api_error (error_code disk_full)
+    │       └── StorageIOError  503 api_error (error_code storage_io_error)
     ├── LeaseLost             a brain's fencing token is stale; its append was rejected
     ├── StartupError(exit_code)  a process cannot start: one line for the operator, no traceback
     └── HandsError(code, retryable)  the sandbox failed (dead, timed out, could not start)
@@ -105,6 +108,35 @@ class PayloadTooLarge(ApiError):
 
     status = 413
     type = "request_too_large"
+
+
+class StorageFailure(ApiError):
+    """The store's disk refuses writes; `condition` is the operator's one log line for it."""
+
+    def __init__(self, message: str, *, condition: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.condition = condition
+
+
+class DiskFull(StorageFailure):
+    """The data directory's disk is full: nothing can be written until space returns.
+
+    Not worth the SDK's automatic retries (seconds apart): it lasts until someone frees space.
+    """
+
+    status = 507
+
+    def __init__(self, message: str, *, condition: str) -> None:
+        super().__init__(message, condition=condition, error_code="disk_full", should_retry=False)
+
+
+class StorageIOError(StorageFailure):
+    """The data directory's disk failed a read or write (an I/O error); it may pass."""
+
+    status = 503
+
+    def __init__(self, message: str, *, condition: str) -> None:
+        super().__init__(message, condition=condition, error_code="storage_io_error")
 
 
 class LeaseLost(CorralError):

@@ -129,7 +129,10 @@ async def open_runtime(settings: Settings, *, vault_check: bool = True) -> Async
     vault_secrets = VaultSecrets(store, keyring)
     egress_credentials = EgressCredentials(vault_secrets, settings.data_dir)
     models = ModelRouter(
-        list(settings.model_routes), settings.env, scripted_factory=_scripted_model
+        list(settings.model_routes),
+        settings.env,
+        scripted_factory=_scripted_model,
+        stall_timeout=settings.model_stall_timeout_seconds,
     )
     blobs = LocalBlobStore(settings.data_dir / "blobs")
     files = FileService(store, blobs, max_bytes=settings.max_file_bytes)
@@ -226,6 +229,7 @@ async def open_runtime(settings: Settings, *, vault_check: bool = True) -> Async
         contexts=models,
         settings=BrainSettings(
             lease_seconds=settings.lease_seconds,
+            model_retry_max_seconds=settings.model_retry_max_seconds,
             eager_sandboxes=settings.eager_sandboxes,
             work_ttl_seconds=settings.work_ttl_seconds,
         ),

@@ -74,6 +74,16 @@ def test_exhausted_error_drops_the_turn_and_resets_retries() -> None:
     assert state.model_retries == 0 and state.last_answer_seq == 3
 
 
+def test_the_retry_bound_runs_from_the_first_failure_in_a_row() -> None:
+    first, second = error("retrying"), error("retrying")
+    first["processed_at"], second["processed_at"] = "2026-12-02T00:00:00Z", "2026-12-02T00:01:00Z"
+    assert folded([msg(), first, second]).retry_since == "2026-12-02T00:00:00Z"
+    ended = [msg(), span("s"), first, span("t"), span_end("t")]
+    assert folded(ended).retry_since is None  # a call succeeded: the next failure starts anew
+    assert folded([msg(), first, error("exhausted")]).retry_since is None
+    assert folded([msg(), first, idle("end_turn")]).retry_since is None
+
+
 def test_only_the_first_confirmation_and_result_count() -> None:
     state = folded([fmt(), use("a", "ask"), confirm("a", "deny"), confirm("a", "allow")])
     assert state.calls["a"].confirmation == "deny"

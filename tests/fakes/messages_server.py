@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -71,6 +72,8 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float
+    """`time.monotonic()` when it arrived (tests measure the waits between retries)."""
 
 
 _SSE_HEADERS = {"cache-control": "no-cache"}
@@ -88,9 +91,13 @@ class FakeModelServer:
     `/v1` (give it to the OpenAI SDK). `handler` may be swapped between requests.
     """
 
-    def __init__(self, handler: Handler | Sequence[Reply], *, port: int = 0) -> None:
+    def __init__(
+        self, handler: Handler | Sequence[Reply], *, port: int = 0, tls_cert: Path | None = None
+    ) -> None:
+        """`tls_cert`: a PEM file holding a key and its certificate: serve HTTPS with it."""
         self.handler: Handler = handler if callable(handler) else ScriptedTurns(handler)
         self._port = port
+        self._tls_cert = tls_cert
         self._recorded: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._server: uvicorn.Server | None = None
@@ -110,7 +117,8 @@ class FakeModelServer:
     def url(self) -> str:
         """The root URL; stays valid (and refused) after `stop`, for connection-error tests."""
         assert self._bound_port is not None, "server not started"
-        return f"http://127.0.0.1:{self._bound_port}"
+        scheme = "https" if self._tls_cert is not None else "http"
+        return f"{scheme}://127.0.0.1:{self._bound_port}"
 
     @property
     def openai_url(self) -> str:
@@ -147,6 +155,8 @@ class FakeModelServer:
             ws="none",
             backlog=4096,
             timeout_graceful_shutdown=1,
+            ssl_certfile=self._tls_cert,
+            ssl_keyfile=self._tls_cert,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -177,8 +187,11 @@ class FakeModelServer:
         self.stop()
 
     async def _receive(self, request: Request) -> tuple[dict[str, Any], Reply]:
+        at = time.monotonic()
         body = await request.json()
-        record = RecordedRequest(path=request.url.path, headers=dict(request.headers), body=body)
+        record = RecordedRequest(
+            path=request.url.path, headers=dict(request.headers), body=body, at=at
+        )
         with self._lock:
             self._recorded.append(record)
         return body, self.handler(body)
@@ -188,7 +201,7 @@ class FakeModelServer:
         model = str(body.get("model", "fake"))
         if isinstance(reply, ErrorReply) and not (reply.mid_stream and body.get("stream")):
             error = wire.anthropic_error(reply)
-            headers = {"request-id": error["request_id"]}
+            headers = {"request-id": error["request_id"], **reply.headers}
             return JSONResponse(error, status_code=reply.status, headers=headers)
         if body.get("stream"):
             stream = wire.anthropic_stream(reply, model)
@@ -201,7 +214,9 @@ class FakeModelServer:
         body, reply = await self._receive(request)
         model = str(body.get("model", "fake"))
         if isinstance(reply, ErrorReply) and not (reply.mid_stream and body.get("stream")):
-            return JSONResponse(wire.openai_error(reply), status_code=reply.status)
+            return JSONResponse(
+                wire.openai_error(reply), status_code=reply.status, headers=dict(reply.headers)
+            )
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             stream = wire.openai_stream(reply, model, include_usage)

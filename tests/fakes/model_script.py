@@ -93,6 +93,8 @@ class ErrorReply:
     mid_stream: bool = False
     drop: bool = False
     """With `mid_stream`: end the stream early with no error event, like a dropped connection."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Sent with an error status: `retry-after`, rate-limit reset headers and the like."""
 
     @property
     def error_type(self) -> str:

@@ -139,6 +139,7 @@ async def test_stall_longer_than_timeout_is_a_retryable_failure(fake: FakeModelS
     finally:
         await client.aclose()
     assert (caught.value.kind, caught.value.retryable) == ("request_failed", True)
+    assert "the model sent nothing for 0.3 s" in caught.value.message
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
-
-from corral.brain import compaction
+from corral.brain import compaction, retry
 from corral.brain import events as ev
 from corral.brain.context import build_request, with_memory_section
 from corral.brain.cost import usage_events
@@ -186,7 +184,7 @@ async def call_model(run: Run, action: CallModel) -> None:
     """One model request (after a backoff when it is a retry); log the complete response, or
     the failure and whether it will be retried. Tools it asks for run in later steps."""
     since, agent = run.state.last_seq, run.agent
-    if action.attempt > 0 and not await _backoff(run, action.attempt, since):
+    if action.attempt > 0 and not await retry.wait(run, action.attempt, since):
         return  # interrupted while waiting: decide closes the turn
     if settings_eager(run):
         assert run.deps.sandboxes is not None
@@ -211,24 +209,21 @@ async def call_model(run: Run, action: CallModel) -> None:
         await _record_failure(run, start["id"], error, action.attempt)
 
 
-async def _backoff(run: Run, attempt: int, since: int) -> bool:
-    """Wait before retry `attempt`; False if an interrupt came meanwhile."""
-    settings = run.deps.settings
-    delay = min(settings.retry_base_seconds * 2 ** (attempt - 1), settings.retry_max_seconds)
-    _, interrupted = await run.until_interrupt(lambda: anyio.sleep(delay), after=since)
-    return not interrupted
-
-
 async def _record_failure(run: Run, start_id: str, error: ModelError | None, attempt: int) -> None:
     """Close the span; say whether the call will be retried (`error` None: interrupted)."""
     failed = ev.span_end(start_id, _zero(), is_error=True)
     if error is None:
         await run.append(failed)
-    elif not error.retryable or attempt >= run.deps.settings.max_model_retries:
+        return
+    planned = retry.plan(run.deps.settings, error, attempt, run.state.retry_since)
+    if isinstance(planned, retry.GiveUp):
+        run.telemetry.model_failed(planned.error, "exhausted", attempt)
         await run.append(
-            failed, ev.model_error(error, "exhausted"), ev.status_idle("retries_exhausted")
+            failed, ev.model_error(planned.error, "exhausted"), ev.status_idle("retries_exhausted")
         )
     else:
+        run.retry_delay = planned.delay
+        run.telemetry.model_failed(error, "retrying", attempt)
         await run.append(
             failed, ev.event("session.status_rescheduled"), ev.model_error(error, "retrying")
         )

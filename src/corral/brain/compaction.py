@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
-
 from corral.brain import events as ev
+from corral.brain import retry
 from corral.brain.cost import usage_events
 from corral.brain.credentials import credential_errors
 from corral.brain.decide import Compact
@@ -66,7 +65,7 @@ async def compact(run: Run, action: Compact) -> None:
         await stop_at_limit(run, NOTHING_TO_CUT.format(limit=policy.limit))
         return
     since = run.state.last_seq
-    if action.attempt > 0 and not await _backoff(run, action.attempt, since):
+    if action.attempt > 0 and not await retry.wait(run, action.attempt, since):
         return  # interrupted while waiting: decide closes the turn
     if run.state.status != "running":  # a turn starts (as call_model would say it)
         warnings = await credential_errors(run)
@@ -185,15 +184,14 @@ async def _response(client: ModelClient, request: ModelRequest) -> ModelResponse
     raise ModelError("request_failed", "the model stream ended without a response", retryable=True)
 
 
-async def _backoff(run: Run, attempt: int, since: int) -> bool:
-    settings = run.deps.settings
-    delay = min(settings.retry_base_seconds * 2 ** (attempt - 1), settings.retry_max_seconds)
-    _, interrupted = await run.until_interrupt(lambda: anyio.sleep(delay), after=since)
-    return not interrupted
-
-
 async def _record_failure(run: Run, error: ModelError, attempt: int) -> None:
-    if not error.retryable or attempt >= run.deps.settings.max_model_retries:
-        await run.append(ev.model_error(error, "exhausted"), ev.status_idle("retries_exhausted"))
+    planned = retry.plan(run.deps.settings, error, attempt, run.state.retry_since)
+    if isinstance(planned, retry.GiveUp):
+        run.telemetry.model_failed(planned.error, "exhausted", attempt)
+        await run.append(
+            ev.model_error(planned.error, "exhausted"), ev.status_idle("retries_exhausted")
+        )
     else:
+        run.retry_delay = planned.delay
+        run.telemetry.model_failed(error, "retrying", attempt)
         await run.append(ev.event("session.status_rescheduled"), ev.model_error(error, "retrying"))

@@ -10,8 +10,9 @@ import anyio
 from corral.brain import events as ev
 from corral.brain.actions import act
 from corral.brain.decide import Halt, decide
+from corral.brain.outage import report_lost_writes
 from corral.brain.run import BrainDeps, Run
-from corral.errors import LeaseLost
+from corral.errors import LeaseLost, StorageFailure
 from corral.session.log import Fence
 
 log = logging.getLogger("corral.brain")
@@ -40,6 +41,7 @@ async def _drive(run: Run, deps: BrainDeps, fence: Fence) -> bool:
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_heartbeat, deps, fence, tg.cancel_scope)
+            await report_lost_writes(run, deps.lost_writes)
             halted = await _steps(run)
             if halted:
                 deps.memo.keep(fence.session_id, run.folded())
@@ -51,9 +53,31 @@ async def _drive(run: Run, deps: BrainDeps, fence: Fence) -> bool:
             return False
         if not all(isinstance(e, Exception) for e in rest.exceptions):
             raise
+        storage, _ = rest.split(StorageFailure)
+        if storage is not None:
+            return _stopped_by_storage(run, _first(storage))
         log.exception("brain crashed on %s", fence.session_id)
         return await _report_crash(run, rest.exceptions[0])
     return halted
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> StorageFailure:
+    """The first storage failure of a (possibly nested) group."""
+    first = group.exceptions[0]
+    if isinstance(first, BaseExceptionGroup):
+        return _first(first)
+    assert isinstance(first, StorageFailure)
+    return first
+
+
+def _stopped_by_storage(run: Run, failure: StorageFailure) -> bool:
+    """The store cannot write, so neither the step nor a crash report can be recorded now:
+    remember the cause and give the session up (False: it stays claimable), so that its next
+    run reports it once the store writes again. The store logged the condition itself."""
+    session_id = run.fence.session_id
+    log.warning("turn of %s stopped: %s; it is reported when writes resume", session_id, failure)
+    run.deps.lost_writes.remember(session_id, failure, run.state.last_close_seq)
+    return False
 
 
 async def _report_crash(run: Run, exc: BaseException) -> bool:

@@ -19,6 +19,7 @@ from corral.brain import events as ev
 from corral.brain.context import Transcript, system_prompt, tool_definitions
 from corral.brain.mcp import McpToolsets
 from corral.brain.memo import Folded, Memo
+from corral.brain.outage import LostWrites
 from corral.brain.sandboxes import SandboxPool
 from corral.brain.state import SessionState, apply
 from corral.brain.telemetry import RunTelemetry
@@ -64,6 +65,9 @@ class BrainSettings:
     max_model_retries: int = 4
     retry_base_seconds: float = 0.5
     retry_max_seconds: float = 8.0
+    """The longest backoff between two attempts when the provider names no wait."""
+    model_retry_max_seconds: float = 120.0
+    """How long a turn retries a failing model call, from its first failure in a row."""
     max_steps_per_turn: int = 500
     """Steps (one tool or model call each) before a turn is stopped as runaway."""
     work_ttl_seconds: int = 90
@@ -146,6 +150,8 @@ class BrainDeps:
     contexts: ContextPolicies | None = None
     """Context windows (None: no session is ever compacted)."""
     memo: Memo = field(default_factory=Memo)
+    lost_writes: LostWrites = field(default_factory=LostWrites)
+    """Sessions whose turn a storage failure stopped, to report when the store writes again."""
     stopping: Stopping = field(default_factory=Stopping)
     """This process's stop: once requested, brains hand their sessions over after the
     current step."""
@@ -175,6 +181,9 @@ class Run:
         self._heard: list[Signal] = []
         """Signals taken from `_follow` and not yet applied."""
         self._read = False
+        self.retry_delay: float | None = None
+        """The wait before the next model call, planned when the last one failed
+        (`brain.retry`); None: none planned by this run."""
 
     @property
     def agent(self) -> dict[str, Any]:

@@ -15,12 +15,15 @@ from anyio.abc import TaskGroup
 from corral.brain.loop import drive
 from corral.brain.remote import tend_work
 from corral.brain.run import BrainDeps
+from corral.errors import StorageFailure
 from corral.ids import new_id
 from corral.observability.metrics import LEASE_TAKEOVERS
 from corral.session.log import Fence
 
 log = logging.getLogger("corral.scheduler")
 SANDBOX_TICK_SECONDS = 2.0
+STORAGE_RETRY_MAX_SECONDS = 5.0
+"""Longest wait between two claims while the store cannot write (a full disk)."""
 WORK_CHECK_SECONDS = 2.0
 """How often expired self-hosted work leases are looked for (at most a third of their ttl)."""
 """How often this process's sandboxes are checked against their sessions (and reaped)."""
@@ -49,6 +52,7 @@ class Scheduler:
         self.owner = worker_name()
         self._busy = 0
         self._slot_freed = anyio.Event()
+        self._claim_backoff = poll_seconds
 
     @property
     def busy(self) -> int:
@@ -106,18 +110,28 @@ class Scheduler:
             await anyio.sleep(self.sandbox_tick_seconds)
             try:
                 await pool.tick()
+            except StorageFailure:
+                pass  # the store logged its condition once; the next tick tries again
             except Exception:  # e.g. the database is away: the next tick tries again
                 log.exception("sandbox tick failed")
 
     async def _claim(self, limit: int) -> list[Fence]:
         try:
-            return await self.deps.store.claim_many(
+            fences = await self.deps.store.claim_many(
                 self.owner, self.deps.settings.lease_seconds, limit
             )
+        except StorageFailure:
+            # The store logged the condition once; claims (writes) retry with a backoff
+            # until it can write again, when the sessions it stopped report their turns.
+            await anyio.sleep(self._claim_backoff)
+            self._claim_backoff = min(self._claim_backoff * 2, STORAGE_RETRY_MAX_SECONDS)
+            return []
         except Exception:
             log.exception("claim failed")
             await anyio.sleep(self.poll_seconds)
             return []
+        self._claim_backoff = self.poll_seconds
+        return fences
 
     async def _drive(self, fence: Fence) -> None:
         halted = False
@@ -134,6 +148,8 @@ class Scheduler:
                         # process: the work is not done, so it must stay claimable (release
                         # alone would strand it); the wake lets another process take it now.
                         await self.deps.store.wake(fence.session_id)
+                except StorageFailure:
+                    pass  # logged once by the store; the lease expires and it is claimed again
                 except Exception:
                     log.exception("release failed on %s", fence.session_id)
             self._busy -= 1

@@ -135,6 +135,8 @@ class SessionState:
     model_requests: int = 0
     model_retries: int = 0
     """Retryable model failures in a row in this turn (the next call is attempt N)."""
+    retry_since: str | None = None
+    """`processed_at` of the first of those failures: the retries' time bound runs from it."""
     request_starts: dict[str, int] = field(default_factory=dict)
     """Open span.model_request_start id -> seq: a response answers what was logged before it."""
     format_seq: int = 0
@@ -270,7 +272,7 @@ def _apply_cost_event(state: SessionState, event: LogEvent) -> bool:
             _set_budget(state, event.budget)
         case ContextSummaryEvent():  # a summary request succeeded; its tokens count too
             _add_usage(state, event.model_usage)
-            state.model_retries = 0
+            _reset_retries(state)
         case SessionUpdatedEvent() if "budget" in event.model_fields_set:
             _set_budget(state, event.budget)
         case _:
@@ -315,10 +317,16 @@ def _apply_error(state: SessionState, seq: int, event: SessionErrorEvent) -> Non
         return  # an MCP server failed: the turn goes on without it (the model is told)
     if event.error.retry_status.type == "retrying":
         state.model_retries += 1
+        state.retry_since = state.retry_since or event.processed_at
     else:
         # The turn gave up: what it was answering needs no further model call.
         state.last_answer_seq = max(state.last_answer_seq, seq)
-        state.model_retries = 0
+        _reset_retries(state)
+
+
+def _reset_retries(state: SessionState) -> None:
+    state.model_retries = 0
+    state.retry_since = None
 
 
 def _add_call(state: SessionState, seq: int, event: ToolUse) -> None:
@@ -367,7 +375,7 @@ def _end_request(state: SessionState, seq: int, event: SpanModelRequestEndEvent)
         # Input logged while the model was streaming was not in its request: only what
         # preceded the request's start counts as answered.
         state.last_answer_seq = max(state.last_answer_seq, started)
-        state.model_retries = 0
+        _reset_retries(state)
 
 
 def _add_usage(state: SessionState, model_usage: Mapping[str, int]) -> None:
@@ -388,7 +396,7 @@ def _close_turn(state: SessionState, seq: int) -> None:
     """A closed turn abandons its open calls and resets its retry count."""
     state.last_close_seq = seq
     state.closed_turn, state.turn = state.turn or TurnTally(), None
-    state.model_retries = 0
+    _reset_retries(state)
     state.turn_starts.clear()
     for call in state.open.values():
         call.abandoned = True

@@ -18,6 +18,7 @@ from opentelemetry.trace import Span
 from corral.brain.decide import Action, CallModel, RunTool
 from corral.brain.state import SessionState
 from corral.ids import parse_rfc3339, utc_now
+from corral.models.base import ModelError
 from corral.observability.logs import fields
 from corral.observability.metrics import (
     APPEND_LATENCY,
@@ -132,6 +133,24 @@ class RunTelemetry:
         TOOL_CALLS.labels(tool, outcome).inc()
         if outcome != "ok":
             mark_error(trace.get_current_span(), f"tool call {outcome}")
+
+    def model_failed(self, error: ModelError, retry_status: str, attempt: int) -> None:
+        """A warning for a failed model call, with the provider's status and message: the
+        session's `session.error` carries the same message, but an operator reads the log."""
+        log.warning(
+            "model call failed (%s): %s",
+            retry_status,
+            error.message,
+            extra=fields(
+                kind="model_error",
+                session_id=self.session_id,
+                model=self.model,
+                status=error.status,
+                error_kind=error.kind,
+                retry_status=retry_status,
+                attempt=attempt,
+            ),
+        )
 
     def turn_closed(self, state: SessionState, stop_reason: str) -> None:
         """Metrics, span end and the log line of a turn closed by this brain. The turn comes

@@ -5,6 +5,7 @@ Knows nothing of files' metadata or sessions.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import tempfile
@@ -15,7 +16,7 @@ from typing import BinaryIO, Protocol
 
 import anyio.to_thread
 
-from corral.errors import PayloadTooLarge
+from corral.errors import DiskFull, PayloadTooLarge, StorageIOError
 
 _CHUNK = 1024 * 1024
 
@@ -67,6 +68,28 @@ class LocalBlobStore:
         return await anyio.to_thread.run_sync(self._put_sync, source, max_bytes)
 
     def _put_sync(self, source: BinaryIO, max_bytes: int) -> Blob:
+        try:
+            return self._copy_in(source, max_bytes)
+        except OSError as exc:
+            raise self._storage_failure(exc) from exc
+
+    def _storage_failure(self, exc: OSError) -> OSError | DiskFull | StorageIOError:
+        """A full or failing disk as the API error the user can act on (else `exc`)."""
+        where = self.root.absolute()
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return DiskFull(
+                f"the server's disk is full (files dir {where}); nothing can be stored until "
+                "the operator frees space",
+                condition=f"disk full: cannot write {where}",
+            )
+        if exc.errno == errno.EIO:
+            return StorageIOError(
+                f"the server's disk failed an I/O operation (files dir {where}): {exc}",
+                condition=f"disk I/O error on {where} ({exc})",
+            )
+        return exc
+
+    def _copy_in(self, source: BinaryIO, max_bytes: int) -> Blob:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # no sandbox uid may walk in
         digest = hashlib.sha256()
         size = 0

@@ -2,15 +2,14 @@
 
 It speaks the wire protocol itself rather than through the `anthropic` SDK (whose types cost
 every server process about a second of CPU to import, for the dozen fields read here), over
-`http1.Http1Client` rather than httpx (see there: the model call was the largest share of a
-turn's CPU). Key and base URL are passed in explicitly: this module never reads the
-environment.
+`http_client.ModelHttpClient` (httpcore; see there why not httpx). Key, base URL and the
+environment (for the proxy variables) are passed in: this module never reads `os.environ`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from corral.models.base import (
@@ -22,8 +21,9 @@ from corral.models.base import (
     TextDelta,
     ThinkingStarted,
 )
-from corral.models.http1 import Http1Client, Response, TransportError
-from corral.models.http_errors import connection_error, error_for_status
+from corral.models.http_client import ModelHttpClient, Response, Stalled, TransportError
+from corral.models.http_errors import connection_error, error_for_status, missing_key, stall_error
+from corral.models.retry_after import requested_wait
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -47,8 +47,9 @@ class AnthropicClient:
         base_url: str | None = None,
         *,
         upstream_model: str | None = None,
-        timeout: float = 600.0,
+        timeout: float = 120.0,
         api_key_name: str = "ANTHROPIC_API_KEY",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """Create the client; a missing `api_key` fails on first use, naming `api_key_name`.
 
@@ -56,37 +57,37 @@ class AnthropicClient:
             api_key: the API key, sent as `x-api-key` on every request.
             base_url: the API root (default https://api.anthropic.com).
             upstream_model: a model name sent instead of `request.model`.
-            timeout: seconds allowed for the request and between two streamed chunks.
+            timeout: seconds the model may stay silent: to answer, and between two streamed
+                chunks (`model_stall_timeout_seconds`).
             api_key_name: where the key should come from, for the missing-key message.
+            env: the server's environment, for `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`
+                (None: no proxy).
 
         No retries here: the brain retries with backoff. A malformed `base_url` or a key
         holding a line break is a ValueError here, not a failure of the first call.
         """
         self._upstream_model = upstream_model
         self._api_key_name = api_key_name
-        self._http: Http1Client | None = None
+        self._http: ModelHttpClient | None = None
         if api_key:
             headers = {
                 "x-api-key": api_key,
                 "anthropic-version": API_VERSION,
                 "accept": "text/event-stream",
             }
-            self._http = Http1Client(
+            self._http = ModelHttpClient(
                 base_url or DEFAULT_BASE_URL,
                 headers,
                 timeout=timeout,
                 connect_timeout=min(timeout, 10.0),
+                env=env or {},
             )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """Stream one response; see `ModelClient.stream`."""
         http = self._http
         if http is None:
-            raise ModelError(
-                "authentication",
-                f"no Anthropic API key: set {self._api_key_name} in the server's environment",
-                retryable=False,
-            )
+            raise missing_key(self._api_key_name, request.model)
         body = {**build_params(request, self._upstream_model), "stream": True}
         payload = json.dumps(body, separators=(",", ":")).encode()
         accumulator = _Accumulator()
@@ -97,6 +98,8 @@ class AnthropicClient:
                 async for event in _sse_events(response):
                     for preview in accumulator.feed(event):
                         yield preview
+        except Stalled as exc:
+            raise stall_error("anthropic", exc.seconds) from exc
         except TransportError as exc:
             raise connection_error("anthropic", str(exc)) from exc
         yield accumulator.response()
@@ -118,7 +121,8 @@ async def _status_error(response: Response) -> ModelError:
     if isinstance(error, dict):
         error_type = error.get("type") if isinstance(error.get("type"), str) else None
         message = str(error.get("message") or message)
-    return error_for_status("anthropic", response.status, error_type, message)
+    wait = requested_wait(response.headers)
+    return error_for_status("anthropic", response.status, error_type, message, retry_after=wait)
 
 
 async def _sse_events(response: Response) -> AsyncIterator[dict[str, Any]]:

@@ -72,11 +72,25 @@ ModelStreamEvent = TextDelta | ThinkingStarted | ModelResponse
 class ModelError(Exception):
     """A model call failed; `retryable` errors are retried by the brain with backoff."""
 
-    def __init__(self, kind: ModelErrorKind, message: str, *, retryable: bool) -> None:
+    def __init__(
+        self,
+        kind: ModelErrorKind,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.kind: ModelErrorKind = kind
         self.message = message
         self.retryable = retryable
+        self.status = status
+        """The provider's HTTP status, when it answered with one (None: no answer, an error
+        inside a streamed answer, or no call made)."""
+        self.retry_after = retry_after
+        """Seconds the provider asked us to wait before calling again (`retry-after` or its
+        rate-limit reset headers); None: it did not say, the brain backs off on its own."""
 
 
 class ModelClient(Protocol):

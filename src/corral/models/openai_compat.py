@@ -26,7 +26,8 @@ from corral.models.base import (
     TextDelta,
     ThinkingStarted,
 )
-from corral.models.http_errors import connection_error, error_for_status
+from corral.models.http_errors import connection_error, error_for_status, missing_key, stall_error
+from corral.models.retry_after import requested_wait
 
 _PLACEHOLDER_KEY = "none"  # local servers ignore the key, but the SDK insists on one
 
@@ -41,7 +42,7 @@ class OpenAICompatClient:
         *,
         upstream_model: str | None = None,
         max_retries: int = 0,
-        timeout: float = 600.0,
+        timeout: float = 120.0,
         api_key_name: str | None = None,
     ) -> None:
         """Create the client.
@@ -52,10 +53,12 @@ class OpenAICompatClient:
                 unless `api_key_name` says one was configured, which then fails on first use.
             upstream_model: a model name sent instead of `request.model`.
             max_retries: SDK-level retries; 0 because the brain retries with backoff.
-            timeout: seconds allowed for the request and between two streamed chunks.
+            timeout: seconds the model may stay silent: to answer, and between two streamed
+                chunks (`model_stall_timeout_seconds`).
             api_key_name: the environment variable the key was meant to come from.
         """
         self._upstream_model = upstream_model
+        self._timeout = timeout
         self._missing_key = api_key_name if api_key is None else None
         self._sdk = openai.AsyncOpenAI(
             api_key=api_key or _PLACEHOLDER_KEY,
@@ -71,11 +74,7 @@ class OpenAICompatClient:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """Stream one response; see `ModelClient.stream`."""
         if self._missing_key is not None:
-            raise ModelError(
-                "authentication",
-                f"no API key: set {self._missing_key} in the server's environment",
-                retryable=False,
-            )
+            raise missing_key(self._missing_key, request.model)
         accumulator = _ChatAccumulator()
         try:
             chunks = await self._sdk.chat.completions.create(
@@ -91,13 +90,22 @@ class OpenAICompatClient:
                     for preview in accumulator.feed(chunk):
                         yield preview
         except openai.APIStatusError as exc:
-            raise error_for_status("openai", exc.status_code, exc.type, _message(exc)) from exc
+            wait = requested_wait({k.lower(): v for k, v in exc.response.headers.items()})
+            raise error_for_status(
+                "openai", exc.status_code, exc.type, _message(exc), retry_after=wait
+            ) from exc
+        except openai.APITimeoutError as exc:
+            if isinstance(exc.__cause__, httpx2.ConnectTimeout):
+                raise connection_error("openai", "connecting timed out") from exc
+            raise stall_error("openai", self._timeout) from exc
         except openai.APIConnectionError as exc:
             raise connection_error("openai", exc.message) from exc
         except openai.APIError as exc:
             # An error object inside a 200 stream; vLLM puts the HTTP status in `code`.
             status = int(exc.code) if exc.code and exc.code.isdigit() else None
             raise error_for_status("openai", status, exc.type, _message(exc)) from exc
+        except httpx2.ReadTimeout as exc:  # mid-stream: the SDK wraps only the request
+            raise stall_error("openai", self._timeout) from exc
         except httpx2.TransportError as exc:
             raise connection_error("openai", repr(exc)) from exc
         yield accumulator.response()

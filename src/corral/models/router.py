@@ -37,6 +37,8 @@ class ModelRouter:
         routes: list[ModelRoute],
         env: Mapping[str, str],
         scripted_factory: Callable[[], ModelClient] | None = None,
+        *,
+        stall_timeout: float = 120.0,
     ) -> None:
         """Create the router.
 
@@ -45,10 +47,13 @@ class ModelRouter:
             env: the server's environment, where `api_key_env` names and ANTHROPIC_API_KEY /
                 ANTHROPIC_BASE_URL are looked up.
             scripted_factory: builds the client for the `scripted` provider.
+            stall_timeout: seconds a provider may stay silent before its call is given up
+                (`model_stall_timeout_seconds`).
         """
         self._routes = (*routes, *DEFAULT_ROUTES)
         self._env = dict(env)
         self._scripted_factory = scripted_factory
+        self._stall_timeout = stall_timeout
         self._clients: dict[int, ModelClient] = {}
         for route in routes:
             summariser = route.context.get("compaction_model")
@@ -128,6 +133,7 @@ class ModelRouter:
                 route.base_url or "",
                 key or None,
                 upstream_model=route.model,
+                timeout=self._stall_timeout,
                 api_key_name=route.api_key_env,
             )
         key_name = route.api_key_env or "ANTHROPIC_API_KEY"
@@ -135,5 +141,7 @@ class ModelRouter:
             self._env.get(key_name) or None,
             route.base_url or self._env.get("ANTHROPIC_BASE_URL") or None,
             upstream_model=route.model,
+            timeout=self._stall_timeout,
             api_key_name=key_name,
+            env=self._env,
         )

@@ -161,6 +161,18 @@ class Settings(BaseSettings):
     different data dirs on one host need ranges that do not overlap."""
     eager_sandboxes: Annotated[Flag, Key(toml="server.eager_sandboxes")] = False
     """Provision sandboxes before inference, as the coupled design did (benchmarks only)."""
+    model_retry_max_seconds: Annotated[
+        float, Key(toml="server.model_retry_max_seconds"), Positive
+    ] = 120.0
+    """How long a turn keeps retrying a failing model call, from its first failure. Waits
+    follow the provider's `retry-after` (or rate-limit reset) headers, else exponential
+    backoff; a wait that would end past this bound ends the retries at once."""
+    model_stall_timeout_seconds: Annotated[
+        float, Key(toml="server.model_stall_timeout_seconds"), Positive
+    ] = 120.0
+    """A model call that sends nothing (no answer, no streamed byte) for this long is given
+    up and retried, reported as a `session.error`. Raise it for a local model that can take
+    longer to its first token (loading, a long prompt on a CPU)."""
     vault_key: Annotated[
         str | None, Key(toml="server.vault_key", secret=True), AfterValidator(checks.vault_key)
     ] = None

@@ -10,7 +10,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from importlib import resources
 from typing import Any
 
 import psycopg
@@ -25,6 +24,7 @@ from corral.store.postgres_sql import (
     Conn,
     fetchone,
 )
+from corral.store.schema import check_not_newer, scripts
 
 log = logging.getLogger("corral.store.postgres")
 
@@ -50,6 +50,7 @@ async def migrate(conn: Conn) -> int:
         )
         row = await fetchone(conn, "SELECT coalesce(max(version), 0) FROM schema_version")
         current = int(row[0]) if row else 0
+        check_not_newer(current, "postgres", _where(conn))
         for version, script in _scripts():
             if version <= current:
                 continue
@@ -60,12 +61,13 @@ async def migrate(conn: Conn) -> int:
 
 
 def _scripts() -> list[tuple[int, str]]:
-    folder = resources.files("corral.store").joinpath("migrations/postgres")
-    return sorted(
-        (int(item.name.split("_", 1)[0]), item.read_text())
-        for item in folder.iterdir()
-        if item.name.endswith(".sql")
-    )
+    return [(version, item.read_text()) for version, item in scripts("postgres")]
+
+
+def _where(conn: Conn) -> str:
+    """The database as an operator names it (no password)."""
+    info = conn.info
+    return f"PostgreSQL database {info.dbname!r} on {info.host}:{info.port}"
 
 
 def preview_payloads(origin: str, session_id: str, body: dict[str, Any]) -> list[str]:

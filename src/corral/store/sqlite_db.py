@@ -1,5 +1,9 @@
 """SQLite plumbing: group commit on one writer connection, thread-local readers, migrations.
 
+A reader connection lives as long as the thread that opened it: worker threads come and go
+(anyio retires one after 10 s idle), and a connection kept past its thread is an open file
+and up to 64 MiB of page cache that nobody will use again.
+
 Writes from many coroutines are batched into one transaction (each in its own SAVEPOINT so
 one failure does not undo the others), which is how durable appends keep up under load. The
 writes an event loop submits during one iteration form one batch, so that a burst of
@@ -22,12 +26,15 @@ import queue
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import anyio.to_thread
+
+from corral.store.schema import check_not_newer, scripts
+from corral.store.sqlite_errors import DiskCondition
 
 T = TypeVar("T")
 WriteFn = Callable[[sqlite3.Connection], Any]
@@ -96,6 +103,15 @@ def connect(path: Path, *, autocheckpoint: bool = True) -> sqlite3.Connection:
     return conn
 
 
+class _Reader:
+    """A thread's reader connection, held only by that thread's `threading.local`."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+
 class SqliteDatabase:
     """A WAL database file with one writer connection (used by event loops and the writer
     thread, one at a time) and a reader per worker thread."""
@@ -121,8 +137,12 @@ class SqliteDatabase:
         """Writes in the last batch committed on an event loop."""
         self._writer: threading.Thread | None = None
         self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        self._readers: set[weakref.finalize[Any, Any]] = set()
+        """Closers of the live threads' reader connections (each runs once: at its thread's
+        exit or at `close`)."""
         self._readers_lock = threading.Lock()
+        self.disk = DiskCondition(path)
+        """Turns disk-full and I/O errors into API errors; logs each condition once."""
         self.commits = 0
         self.inline_commits = 0
         """Of `commits`, those run on an event loop's thread."""
@@ -131,7 +151,11 @@ class SqliteDatabase:
         """Create the file, apply migrations, start the writer thread."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = connect(self.path, autocheckpoint=False)
-        _migrate(conn)
+        try:
+            _migrate(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
         self._conn = conn
         self._writer = threading.Thread(
             target=self._write_loop, name="corral-sqlite-writer", daemon=True
@@ -150,9 +174,9 @@ class SqliteDatabase:
             self._writer.join()
             self._writer = None
         with self._readers_lock:
-            for conn in self._readers:
-                conn.close()
-            self._readers.clear()
+            closers = list(self._readers)
+        for closer in closers:
+            closer()
 
     def write(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         """Run `fn` in the next transaction: await the result, there after COMMIT.
@@ -223,13 +247,37 @@ class SqliteDatabase:
         return self._read_sync(fn)
 
     def _read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = connect(self.path)
-            self._local.conn = conn
-            with self._readers_lock:
-                self._readers.append(conn)
-        return fn(conn)
+        reader: _Reader | None = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = self._open_reader()
+        try:
+            return fn(reader.conn)
+        except sqlite3.Error as exc:
+            failure = self.disk.classify(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+
+    def _open_reader(self) -> _Reader:
+        """This thread's reader, closed when the thread exits (the thread-local `_Reader` is
+        dropped then) or when the database closes, whichever comes first."""
+        reader = _Reader(connect(self.path))
+        closer = weakref.finalize(reader, self._close_reader, reader.conn)
+        closer.atexit = False  # at interpreter exit the process's files close anyway
+        with self._readers_lock:
+            self._readers.add(closer)
+        self._local.reader = reader
+        return reader
+
+    def _close_reader(self, conn: sqlite3.Connection) -> None:
+        conn.close()
+        with self._readers_lock:  # a finalizer is dead by the time its callback runs
+            self._readers = {closer for closer in self._readers if closer.alive}
+
+    def reader_count(self) -> int:
+        """Reader connections open now (one per live thread that has read)."""
+        with self._readers_lock:
+            return sum(1 for closer in self._readers if closer.alive)
 
     def _write_loop(self) -> None:
         while True:
@@ -271,7 +319,9 @@ class SqliteDatabase:
         outcomes: list[tuple[bool, Any]] = []
         for start in range(0, len(batch), _MAX_BATCH):
             outcomes.extend(self._run_batch(conn, batch[start : start + _MAX_BATCH]))
-        return outcomes
+        if all(ok for ok, _ in outcomes):
+            return outcomes
+        return [(ok, value if ok else self.disk.classify(value)) for ok, value in outcomes]
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> list[tuple[bool, Any]]:
         hooks = self._hooks
@@ -287,10 +337,14 @@ class SqliteDatabase:
             conn.execute("COMMIT")
             hooks.committed()
             self.commits += 1
+            self.disk.wrote()
         except BaseException as exc:  # the whole batch failed to commit: fail every op
             hooks.rolled_back()
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                # A failed ROLLBACK (a dying disk) must not kill the writer thread; SQLite
+                # rolls a hot journal back when the file is next used.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             outcomes = [(False, exc)] * len(batch)
         self._commit_seconds += (time.perf_counter() - started - self._commit_seconds) / 8
         if self.commits % _CHECKPOINT_EVERY == 0:
@@ -353,24 +407,25 @@ def _run_in_savepoint(conn: sqlite3.Connection, fn: WriteFn) -> tuple[bool, Any]
     try:
         value = fn(conn)
     except Exception as exc:
-        conn.execute("ROLLBACK TO op")
-        conn.execute("RELEASE op")
+        try:
+            conn.execute("ROLLBACK TO op")
+            conn.execute("RELEASE op")
+        except sqlite3.Error:
+            # SQLite rolled the whole transaction back (it may on a full disk): the batch
+            # fails, and with the op's own error, not "no such savepoint".
+            raise exc from None
         return False, exc
     conn.execute("RELEASE op")
     return True, value
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Apply the pending migrations; refuse a database a newer build has migrated."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
     row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
     current = int(row[0] or 0)
-    folder = resources.files("corral.store").joinpath("migrations/sqlite")
-    scripts = sorted(
-        (int(item.name.split("_", 1)[0]), item)
-        for item in folder.iterdir()
-        if item.name.endswith(".sql")
-    )
-    for version, item in scripts:
+    check_not_newer(current, "sqlite", str(path))
+    for version, item in scripts("sqlite"):
         if version <= current:
             continue
         conn.executescript(
@@ -382,7 +437,7 @@ def schema_version(path: Path) -> int:
     """The schema version of the database at `path` (applying migrations first)."""
     conn = connect(path)
     try:
-        _migrate(conn)
+        _migrate(conn, path)
         row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
         return int(row[0] or 0)
     finally:

@@ -1,6 +1,8 @@
-"""The model providers' HTTP/1.1 client against a raw socket server that answers each request
+"""The model providers' HTTP client against a raw socket server that answers each request
 with scripted bytes: body framings, keep-alive, a stale kept-alive connection, cuts, stalls,
-malformed answers, TLS. The providers' own tests run it against the wire-level fake model.
+malformed answers, TLS, and the proxy and trust variables. The providers' own tests run it
+against the wire-level fake model; tests/models/test_proxy_e2e.py runs a whole turn through
+a proxy.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.models.http1 import Http1Client, TransportError, parse_origin
+from corral.models.http_client import ModelHttpClient, Stalled, TransportError
+from tests.fakes.connect_proxy import ConnectProxy
 from tests.tls import self_signed
 
 pytestmark = pytest.mark.anyio
@@ -109,11 +112,18 @@ def chunked(*parts: bytes, trailer: bytes = b"") -> bytes:
     return out + b"0\r\n" + trailer + b"\r\n"
 
 
-def client(url: str, timeout: float = 5.0, tls: ssl.SSLContext | None = None) -> Http1Client:
-    return Http1Client(url, {"x-api-key": "k"}, timeout=timeout, connect_timeout=5.0, tls=tls)
+def client(
+    url: str,
+    timeout: float = 5.0,
+    tls: ssl.SSLContext | None = None,
+    env: dict[str, str] | None = None,
+) -> ModelHttpClient:
+    return ModelHttpClient(
+        url, {"x-api-key": "k"}, timeout=timeout, connect_timeout=5.0, tls=tls, env=env or {}
+    )
 
 
-async def body_of(http: Http1Client, path: str = "/v1/x", body: bytes = b"{}") -> bytes:
+async def body_of(http: ModelHttpClient, path: str = "/v1/x", body: bytes = b"{}") -> bytes:
     async with http.post(path, body) as response:
         return b"".join([chunk async for chunk in response.chunks()])
 
@@ -128,6 +138,7 @@ async def test_request_carries_path_prefix_host_fixed_headers_and_body(served: S
     assert lines[0] == "POST /api/v1/messages HTTP/1.1"
     port = url.rsplit(":", 1)[1]
     assert {"host: 127.0.0.1:" + port, "x-api-key: k", "content-length: 7"} <= set(lines)
+    assert sum(line.startswith("host:") for line in lines) == 1
     assert body == b'{"a":1}'
 
 
@@ -217,7 +228,7 @@ async def test_a_stall_longer_than_the_timeout_fails(served: Serve) -> None:
 
     _, url = await served(stalled_body)
     http = client(url, timeout=0.3)
-    with pytest.raises(TransportError, match="no answer within"):
+    with pytest.raises(Stalled, match="nothing sent for 0.3 s"):
         await body_of(http)
     await http.aclose()
 
@@ -226,7 +237,7 @@ async def test_a_server_that_never_answers_fails_after_the_timeout(served: Serve
     _, url = await served([(5.0, ok(b"too late"))])
     http = client(url, timeout=0.3)
     started = asyncio.get_running_loop().time()
-    with pytest.raises(TransportError, match="no answer within"):
+    with pytest.raises(Stalled, match="nothing sent for 0.3 s"):
         await body_of(http)
     assert asyncio.get_running_loop().time() - started < 3.0
     await http.aclose()
@@ -245,11 +256,10 @@ async def test_a_slow_steady_stream_longer_than_the_timeout_completes(served: Se
 @pytest.mark.parametrize(
     ("answer", "match"),
     [
-        (b"SMTP ready\r\n\r\n", "not an HTTP/1.x status line"),
-        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed header"),
-        (b"HTTP/1.1 200 OK\r\ncontent-length: -3\r\n\r\n", "bad content-length"),
-        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "bad chunk size"),
-        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabcd", "not followed by"),
+        (b"SMTP ready\r\n\r\n", "RemoteProtocolError"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "RemoteProtocolError"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: -3\r\n\r\n", "RemoteProtocolError"),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", "RemoteProtocolError"),
     ],
 )
 async def test_malformed_answers_are_transport_errors(
@@ -266,7 +276,7 @@ async def test_a_body_cut_short_is_a_transport_error(served: Serve) -> None:
     server, url = await served(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nshort")
     server.close_after_each = True
     http = client(url)
-    with pytest.raises(TransportError, match="before the end of the body"):
+    with pytest.raises(TransportError, match="RemoteProtocolError"):
         await body_of(http)
     await http.aclose()
 
@@ -286,13 +296,12 @@ def test_bad_configuration_is_refused_when_the_client_is_made() -> None:
         with pytest.raises(ValueError):
             client(url)
     with pytest.raises(ValueError, match="line break"):
-        Http1Client("http://h", {"x-api-key": "a\r\nx: y"}, timeout=1, connect_timeout=1)
-
-
-def test_host_header_of_default_ports_and_ipv6() -> None:
-    assert parse_origin("https://api.example.com").host_header == "api.example.com"
-    assert parse_origin("http://[::1]:8080/v").host_header == "[::1]:8080"
-    assert parse_origin("http://h:80").host_header == "h"
+        ModelHttpClient(
+            "http://h", {"x-api-key": "a\r\nx: y"}, timeout=1, connect_timeout=1, env={}
+        )
+    for bad in ("socks5://127.0.0.1:1080", "http://:3128", "http://p:port"):
+        with pytest.raises(ValueError, match="HTTPS_PROXY"):
+            client("https://api.example.com", env={"HTTPS_PROXY": bad})
 
 
 async def test_tls_verifies_the_server_and_streams(served: Serve, tmp_path: Path) -> None:
@@ -307,3 +316,52 @@ async def test_tls_verifies_the_server_and_streams(served: Serve, tmp_path: Path
     # The default roots do not know this certificate: the handshake is refused.
     with pytest.raises(TransportError, match="cannot connect"):
         await body_of(client(url))
+
+
+async def test_https_goes_through_the_proxy_tunnel_and_no_proxy_bypasses_it(
+    served: Serve, tmp_path: Path
+) -> None:
+    cert, key = self_signed(tmp_path)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    server, url = await served(ok(b"tunnelled"), ok(b"again"), ok(b"direct"), tls=server_tls)
+    trusting = ssl.create_default_context(cafile=str(cert))
+    target = url.removeprefix("https://")
+    with ConnectProxy() as proxy:
+        http = client(url, tls=trusting, env={"https_proxy": proxy.url, "HTTP_PROXY": "x"})
+        assert await body_of(http) == b"tunnelled"
+        assert await body_of(http) == b"again"  # the tunnel is kept alive
+        await http.aclose()
+        assert proxy.tunnels == [target]
+        # NO_PROXY names the host (a port-less entry covers every port): straight there.
+        env = {"HTTPS_PROXY": proxy.url, "NO_PROXY": "example.com,127.0.0.1"}
+        direct = client(url, tls=trusting, env=env)
+        assert direct.proxy is None
+        assert await body_of(direct) == b"direct"
+        await direct.aclose()
+        assert proxy.tunnels == [target]
+    assert server.connections == 2
+
+
+async def test_a_proxy_that_refuses_the_tunnel_is_a_transport_error_naming_it(
+    served: Serve,
+) -> None:
+    with ConnectProxy() as proxy:
+        # The proxy tunnels to loopback only: a CONNECT elsewhere is refused (nothing is sent).
+        http = client("https://api.example.com", env={"ALL_PROXY": proxy.url})
+        with pytest.raises(TransportError, match="through the proxy 127.0.0.1"):
+            await body_of(http)
+        await http.aclose()
+        assert proxy.refused == ["CONNECT api.example.com:443 HTTP/1.1"]
+
+
+async def test_http_is_forwarded_to_http_proxy_with_its_credentials(served: Serve) -> None:
+    proxy, proxy_url = await served(ok(b"forwarded"))
+    env = {"HTTP_PROXY": proxy_url.replace("http://", "http://us%40er:pa:ss@")}
+    http = client("http://model.internal:8080/api", env=env)
+    assert await body_of(http, "/v1/messages") == b"forwarded"
+    await http.aclose()
+    head = proxy.requests[0].split(b"\r\n\r\n")[0].decode().split("\r\n")
+    assert head[0] == "POST http://model.internal:8080/api/v1/messages HTTP/1.1"
+    assert "host: model.internal:8080" in head
+    assert "Proxy-Authorization: Basic dXNAZXI6cGE6c3M=" in head  # us@er:pa:ss
