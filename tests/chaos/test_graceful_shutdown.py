@@ -27,7 +27,7 @@ import pytest
 
 from tests.api.helpers import events, say, wait_idle
 from tests.api.test_sandbox_follows_session import toolset_session
-from tests.fakes.messages_server import FakeModelServer, Text, ToolUse, Turn
+from tests.fakes.messages_server import ErrorReply, FakeModelServer, Text, ToolUse, Turn
 from tests.server import (
     DATABASE_URL_ENV,
     ServerProcess,
@@ -274,3 +274,34 @@ def test_a_second_sigterm_or_the_grace_running_out_kills_at_once(tmp_path: Path,
             if session_id:
                 release_tool_call(data, session_id)
             server.kill()
+
+
+def test_sigterm_during_a_model_retry_wait_hands_over_at_once(tmp_path: Path) -> None:
+    """A brain waiting out the provider's `retry-after` has done nothing yet: it hands the
+    session over at once instead of holding the stop for the grace."""
+    data = tmp_path / "data"
+    limited = ErrorReply(status=429, headers={"retry-after": "60"})
+    with FakeModelServer([limited, Turn([Text("done")])]) as fake:
+        server = ServerProcess(data, model_url=fake.url).start()
+        try:
+            client = server.client()
+            session_id = toolset_session(client)
+            say(client, session_id, "hello")
+
+            def rescheduled() -> bool:
+                types = {e.type for e in events(client, session_id)}
+                return "session.status_rescheduled" in types
+
+            wait_for(rescheduled, "the model call was never rescheduled")
+            assert server.proc is not None
+            signalled = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            exited = wait_exit(server.proc, timeout=30)
+            assert exited - signalled < 5, f"exit took {exited - signalled:.1f} s"
+            assert server.proc.returncode == 0
+            server.proc = None
+            server.start()
+            wait_idle(server.client(), session_id, stop="end_turn", timeout=30)
+            assert len(fake.requests) == 2
+        finally:
+            server.stop()

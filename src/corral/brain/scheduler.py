@@ -123,7 +123,7 @@ class Scheduler:
         except StorageFailure:
             # The store logged the condition once; claims (writes) retry with a backoff
             # until it can write again, when the sessions it stopped report their turns.
-            await anyio.sleep(self._claim_backoff)
+            await _first_of(lambda: anyio.sleep(self._claim_backoff), self.deps.stopping.wait)
             self._claim_backoff = min(self._claim_backoff * 2, STORAGE_RETRY_MAX_SECONDS)
             return []
         except Exception:
