@@ -34,8 +34,9 @@ from corral.cli_options import (
 from corral.config import Settings, ensure_api_keys
 from corral.observability.logs import fields, setup_logging
 from corral.preflight import reported
-from corral.serving import serve_async, traced, tune_gc
+from corral.serving import serve_async, signal_free_server, traced, tune_gc
 from corral.settings.model import early_log_level
+from corral.stopping import watch_signals
 
 app = typer.Typer(
     add_completion=False,
@@ -132,6 +133,8 @@ async def worker_async(
     async with traced(settings), open_runtime(settings, vault_check=vault_check) as runtime:
         tune_gc()
         async with anyio.create_task_group() as tg:
+            # SIGTERM: brains finish their step and hand over, then `run` returns
+            tg.start_soon(watch_signals, runtime.stopping)
             if metrics is not None:
                 tg.start_soon(_serve_metrics, runtime, metrics)
             await runtime.scheduler.run()  # brains, and the tick keeping sandboxes with sessions
@@ -152,7 +155,7 @@ async def _serve_metrics(runtime: Any, sock: socket.socket) -> None:
         log_config=None,
         lifespan="off",
     )
-    await uvicorn.Server(config).serve(sockets=[sock])
+    await signal_free_server(config).serve(sockets=[sock])
 
 
 @app.command()

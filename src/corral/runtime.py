@@ -8,7 +8,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +47,7 @@ from corral.service.skills import SkillService
 from corral.service.threads import ThreadService
 from corral.service.vaults import VaultService
 from corral.service.work import WorkService
+from corral.stopping import Stopping
 from corral.store.base import Resource, SessionRow, Store
 from corral.store.work import work_items_for
 from corral.tools.web_search import WebSearch
@@ -79,6 +80,8 @@ class Runtime:
     """The self-hosted work queue and its workers' credentials (docs/self_hosted.md)."""
     threads: ThreadService | None = None
     """`sessions.threads` and the routing of client events to child threads."""
+    stopping: Stopping = field(default_factory=Stopping)
+    """This process's graceful stop: brains hand over, SSE streams end (`corral.stopping`)."""
 
 
 def open_store(settings: Settings) -> Store:
@@ -211,7 +214,9 @@ async def open_runtime(settings: Settings, *, vault_check: bool = True) -> Async
     )
     # MCP servers and their token endpoints are fetched under the operator's address rules.
     mcp_client = McpClient(vault_secrets, server_policy(settings.egress_allow_private))
+    stopping = Stopping(settings.shutdown_grace_seconds)
     brain = BrainDeps(
+        stopping=stopping,
         credential_check=egress_credentials.check,
         store=store,
         models=models,
@@ -251,6 +256,7 @@ async def open_runtime(settings: Settings, *, vault_check: bool = True) -> Async
         scheduler=Scheduler(brain, concurrency=settings.workers),
         models=models,
         work=WorkService(store, work_items, ttl_seconds=settings.work_ttl_seconds),
+        stopping=stopping,
     )
     try:
         yield runtime

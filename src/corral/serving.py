@@ -7,14 +7,16 @@ the demo, so both can import it without importing each other.
 from __future__ import annotations
 
 import gc
+import math
 import socket
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
 
 from corral.config import Settings
+from corral.stopping import Stopping, watch_signals
 
 
 @asynccontextmanager
@@ -36,18 +38,36 @@ async def traced(settings: Settings) -> AsyncIterator[None]:
             await anyio.to_thread.run_sync(provider.shutdown)
 
 
-def _announcing_server(config: Any, announce: Callable[[], None] | None) -> Any:
-    """uvicorn's server, calling `announce` once it accepts requests (after the lifespan
-    started: a line saying "listening" any earlier would be a lie)."""
+def signal_free_server(
+    config: Any,
+    stopping: Stopping | None = None,
+    announce: Callable[[], None] | None = None,
+) -> Any:
+    """uvicorn's server without its own SIGINT/SIGTERM handlers: `corral.stopping` handles
+    them for the whole process (uvicorn's would only stop its HTTP side, then re-raise the
+    signal and kill the process before brains handed over and the runtime closed).
+
+    Its shutdown, however started, requests `stopping` first, so that SSE streams end
+    before uvicorn waits for open connections. `announce` is called once it accepts requests
+    (after the lifespan started: a line saying "listening" any earlier would be a lie)."""
     import uvicorn
 
-    class AnnouncingServer(uvicorn.Server):
+    class SignalFreeServer(uvicorn.Server):
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             if announce is not None and not self.should_exit:
                 announce()
 
-    return AnnouncingServer(config)
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            if stopping is not None:
+                stopping.request()
+            await super().shutdown(sockets)
+
+    return SignalFreeServer(config)
 
 
 async def serve_async(
@@ -58,7 +78,8 @@ async def serve_async(
     announce: Callable[[], None] | None = None,
     vault_check: bool = True,
 ) -> None:
-    """Run API + brains (+ local hands) until cancelled.
+    """Run API + brains (+ local hands) until cancelled or stopped by a signal (see
+    `corral.stopping`: streams end, brains hand their sessions over, then it returns).
 
     `sock`: a socket already listening (`preflight.listen`; the CLI binds before anything
     else, so a taken port is one line, not a traceback); None binds settings.host:port here.
@@ -80,13 +101,21 @@ async def serve_async(
                 log_level="warning",
                 log_config=None,  # uvicorn's loggers go through ours (JSON lines off a tty)
                 lifespan="on",
-                timeout_graceful_shutdown=2,
+                # SSE streams end at once when stopping; other requests get the grace
+                timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),
             )
-            server = _announcing_server(config, announce)
+            server = signal_free_server(config, runtime.stopping, announce)
             tune_gc()
             if ready is not None:
                 ready(server)
-            await server.serve(sockets=[listener])
+
+            def stop_serving() -> None:
+                server.should_exit = True  # then the lifespan lets the brains hand over
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch_signals, runtime.stopping, stop_serving)
+                await server.serve(sockets=[listener])
+                tg.cancel_scope.cancel()
 
 
 def tune_gc() -> None:

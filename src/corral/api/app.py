@@ -79,7 +79,10 @@ def create_app(runtime: Runtime) -> Starlette:
         async with anyio.create_task_group() as tg:
             tg.start_soon(runtime.scheduler.run)  # brains and their sandboxes' tick, if any
             yield
-            tg.cancel_scope.cancel()
+            # The scheduler returns once its brains handed their sessions over; what is
+            # still running when the grace ends is cancelled (leases released on the way).
+            runtime.stopping.request()
+            tg.cancel_scope.deadline = anyio.current_time() + runtime.stopping.remaining()
 
     async def admin_status(request: Request) -> Response:
         queue = await runtime.store.queue_status()
@@ -151,6 +154,7 @@ def create_asgi(runtime: Runtime) -> ASGIApp:
         runtime.store,
         lambda exc: error_response(for_request(exc, "GET")),  # streams are GETs
         ping_seconds=runtime.settings.sse_ping_seconds,
+        stopping=runtime.stopping,
     )
     workers = WorkerAuth(runtime.work, runtime.store) if runtime.work is not None else None
     auth = ApiKeyAuth(

@@ -23,6 +23,7 @@ from corral.ids import new_id, now_rfc3339
 from corral.observability.metrics import SSE_CLIENTS
 from corral.session.log import EventQuery, NewEvents, Preview, SessionGone, StoredEvent
 from corral.session.threads import child_view, primary_own, primary_thread_id
+from corral.stopping import Stopping
 from corral.store.base import Store
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
@@ -79,12 +80,23 @@ class StreamRouter:
     """
 
     def __init__(
-        self, app: ASGIApp, store: Store, render_error: Any, *, ping_seconds: float = PING_SECONDS
+        self,
+        app: ASGIApp,
+        store: Store,
+        render_error: Any,
+        *,
+        ping_seconds: float = PING_SECONDS,
+        stopping: Stopping | None = None,
     ) -> None:
         self.app = app
         self.store = store
         self.render_error = render_error
         self.ping_seconds = ping_seconds
+        self.stopping = stopping or Stopping()
+        """Once requested, every stream ends its body cleanly (see `_tail`)."""
+        self._open: set[anyio.CancelScope] = set()
+        """The pumps of open streams, ended together when the process stops."""
+        self.stopping.on_request(self._end_all)
         self.frames = _FrameCache()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -107,6 +119,10 @@ class StreamRouter:
         query = parse_qsl(scope.get("query_string", b"").decode(), keep_blank_values=False)
         deltas = {v for k, v in query if k in ("event_deltas[]", "event_deltas")}
         await self._tail(log_id, deltas, receive, send, view)
+
+    def _end_all(self) -> None:
+        for scope in self._open:
+            scope.cancel()
 
     async def _thread_log(self, session_id: str, thread_id: str) -> tuple[str, View | None]:
         """The log a thread stream tails, and how it shows its events."""
@@ -137,10 +153,23 @@ class StreamRouter:
             await send(
                 {"type": "http.response.body", "body": b": connected\n\n", "more_body": True}
             )
+            ended = False
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
-                await self._pump(session_id, sub, position, deltas, send, view)
+                self._open.add(tg.cancel_scope)
+                if self.stopping.requested:  # opened while stopping: ends at once
+                    tg.cancel_scope.cancel()
+                try:
+                    ended = await self._pump(session_id, sub, position, deltas, send, view)
+                finally:
+                    self._open.discard(tg.cancel_scope)
                 tg.cancel_scope.cancel()
+            if not ended and self.stopping.requested:
+                # The process is stopping: end the chunked body properly, between frames, so
+                # the client sees a clean end and reconnects (nothing is lost: it is all in
+                # the log). Cut off by the server's own timeout instead, it would see a
+                # broken response.
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client went away mid-write
         finally:
@@ -155,7 +184,8 @@ class StreamRouter:
         deltas: set[str],
         send: Send,
         view: View | None,
-    ) -> None:
+    ) -> bool:
+        """Send events until cancelled; True when it ended the body itself (session gone)."""
         while True:
             signals = await sub.next(self.ping_seconds)
             if not signals:
@@ -169,7 +199,7 @@ class StreamRouter:
                     out.append(_deleted_frame())
                     await _write(send, b"".join(out))
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    return
+                    return True
                 if isinstance(signal, Preview):
                     if _wanted(signal.body, deltas):
                         out.append(frame(signal.body["type"], signal.body))

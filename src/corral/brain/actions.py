@@ -185,7 +185,7 @@ async def call_model(run: Run, action: CallModel) -> None:
     the failure and whether it will be retried. Tools it asks for run in later steps."""
     since, agent = run.state.last_seq, run.agent
     if action.attempt > 0 and not await retry.wait(run, action.attempt, since):
-        return  # interrupted while waiting: decide closes the turn
+        return  # interrupted while waiting (decide closes the turn) or stopping (handed over)
     if settings_eager(run):
         assert run.deps.sandboxes is not None
         await run.deps.sandboxes.ensure(run.sandbox_id)

@@ -66,7 +66,7 @@ async def compact(run: Run, action: Compact) -> None:
         return
     since = run.state.last_seq
     if action.attempt > 0 and not await retry.wait(run, action.attempt, since):
-        return  # interrupted while waiting: decide closes the turn
+        return  # interrupted while waiting (decide closes the turn) or stopping (handed over)
     if run.state.status != "running":  # a turn starts (as call_model would say it)
         warnings = await credential_errors(run)
         await run.append(ev.event("session.status_running"), *warnings)

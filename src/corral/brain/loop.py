@@ -22,8 +22,8 @@ async def drive(deps: BrainDeps, fence: Fence) -> bool:
     """Work on a claimed session until `decide` says Halt, keeping the lease alive.
 
     Returns True when the session was left with nothing to do (Halt, or a turn closed by a
-    crash report); False when it may still have work (lease lost, stalled, cancelled), so the
-    caller must keep it claimable.
+    crash report); False when it may still have work (lease lost, stalled, cancelled, or
+    handed over because this process is stopping), so the caller must keep it claimable.
     """
     session = await deps.store.get_session(fence.session_id)
     if session is None:
@@ -42,9 +42,9 @@ async def _drive(run: Run, deps: BrainDeps, fence: Fence) -> bool:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_heartbeat, deps, fence, tg.cancel_scope)
             await report_lost_writes(run, deps.lost_writes)
-            await _steps(run)
-            deps.memo.keep(fence.session_id, run.folded())
-            halted = True
+            halted = await _steps(run)
+            if halted:
+                deps.memo.keep(fence.session_id, run.folded())
             tg.cancel_scope.cancel()
     except BaseExceptionGroup as group:  # anyio groups even a single error of the body
         lost, rest = group.split(LeaseLost)
@@ -97,14 +97,19 @@ async def _report_crash(run: Run, exc: BaseException) -> bool:
     return True
 
 
-async def _steps(run: Run) -> None:
+async def _steps(run: Run) -> bool:
+    """Steps until Halt (True), or until this process is stopping (False): the step in
+    flight finishes and its result is logged, then the session is handed over."""
     limit = run.deps.settings.max_steps_per_turn
     taken, turn = 0, -1
     while True:
+        if run.deps.stopping.requested:
+            log.info("handing %s over: this process is stopping", run.fence.session_id)
+            return False
         state = await run.refresh()
         action = decide(state)
         if isinstance(action, Halt):
-            return
+            return True
         if state.last_close_seq != turn:
             turn, taken = state.last_close_seq, 0
         taken += 1

@@ -83,12 +83,19 @@ def backoff(settings: BrainSettings, attempt: int) -> float:
 
 async def wait(run: Run, attempt: int, since: int) -> bool:
     """Wait before retry `attempt`: as planned when the failure was recorded by this run (a
-    brain taking the session over backs off on its own); False if an interrupt came."""
+    brain taking the session over backs off on its own); False if an interrupt came, or
+    this process started stopping (nothing was done yet, so the session is handed over at
+    once rather than after a wait that may outlast the shutdown grace)."""
     delay, run.retry_delay = run.retry_delay, None
     if delay is None:
         delay = backoff(run.deps.settings, attempt)
-    _, interrupted = await run.until_interrupt(lambda: anyio.sleep(delay), after=since)
-    return not interrupted
+
+    async def pause() -> None:
+        with anyio.move_on_after(delay):
+            await run.deps.stopping.wait()
+
+    _, interrupted = await run.until_interrupt(pause, after=since)
+    return not interrupted and not run.deps.stopping.requested
 
 
 def _amended(error: ModelError, reason: str) -> ModelError:

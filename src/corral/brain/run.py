@@ -37,6 +37,7 @@ from corral.session.log import (
     StoredEvent,
     Subscription,
 )
+from corral.stopping import Stopping
 from corral.store.base import SessionRow, Store
 from corral.store.work_base import WorkItems
 from corral.tools.web_search import WebSearch
@@ -151,6 +152,9 @@ class BrainDeps:
     memo: Memo = field(default_factory=Memo)
     lost_writes: LostWrites = field(default_factory=LostWrites)
     """Sessions whose turn a storage failure stopped, to report when the store writes again."""
+    stopping: Stopping = field(default_factory=Stopping)
+    """This process's stop: once requested, brains hand their sessions over after the
+    current step."""
     stats: BrainStats = field(default_factory=BrainStats)
 
 

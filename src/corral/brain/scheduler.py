@@ -7,8 +7,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 
 import anyio
+from anyio.abc import TaskGroup
 
 from corral.brain.loop import drive
 from corral.brain.remote import tend_work
@@ -58,7 +60,9 @@ class Scheduler:
         return self._busy
 
     async def run(self) -> None:
-        """Claim and drive sessions until cancelled.
+        """Claim and drive sessions until cancelled, or until this process is stopping
+        (`deps.stopping`): then nothing new is claimed, and this returns once every brain
+        has finished its step and handed its session over.
 
         Claims are batched (as many as there are free slots) so that a burst of wakes costs
         one transaction, not one per session. Sandboxes belong to the process that runs
@@ -72,21 +76,31 @@ class Scheduler:
             if self.deps.work is not None:
                 interval = min(WORK_CHECK_SECONDS, self.deps.settings.work_ttl_seconds / 3)
                 tg.start_soon(tend_work, self.deps.store, self.deps.work, interval)
-            while True:
-                free = self.concurrency - self._busy
-                if free <= 0:
-                    await self._slot_freed.wait()
-                    continue
-                fences = await self._claim(free)
-                for fence in fences:
-                    if fence.takeover:
-                        LEASE_TAKEOVERS.inc()
-                    self._busy += 1
-                    tg.start_soon(self._drive, fence)
-                if len(fences) < free:
-                    # Nothing else was due: no second claim just to hear so. A wake since
-                    # this claim began ends the wait at once.
-                    await self.deps.store.wait_for_work(self.poll_seconds)
+            async with anyio.create_task_group() as brains:
+                await self._claim_until_stopping(brains)
+            tg.cancel_scope.cancel()  # every brain is done: the ticks go too
+
+    async def _claim_until_stopping(self, brains: TaskGroup) -> None:
+        stopping = self.deps.stopping
+        while not stopping.requested:
+            free = self.concurrency - self._busy
+            if free <= 0:
+                await _first_of(self._slot_freed.wait, stopping.wait)
+                continue
+            # Never cancelled mid-claim: a claim committed but not seen would strand its
+            # sessions for a whole lease.
+            fences = await self._claim(free)
+            for fence in fences:
+                if fence.takeover:
+                    LEASE_TAKEOVERS.inc()
+                self._busy += 1
+                brains.start_soon(self._drive, fence)
+            if len(fences) < free:
+                # Nothing else was due: no second claim just to hear so. A wake since
+                # this claim began ends the wait at once.
+                await _first_of(
+                    lambda: self.deps.store.wait_for_work(self.poll_seconds), stopping.wait
+                )
 
     async def _tend_sandboxes(self) -> None:
         pool = self.deps.sandboxes
@@ -109,7 +123,7 @@ class Scheduler:
         except StorageFailure:
             # The store logged the condition once; claims (writes) retry with a backoff
             # until it can write again, when the sessions it stopped report their turns.
-            await anyio.sleep(self._claim_backoff)
+            await _first_of(lambda: anyio.sleep(self._claim_backoff), self.deps.stopping.wait)
             self._claim_backoff = min(self._claim_backoff * 2, STORAGE_RETRY_MAX_SECONDS)
             return []
         except Exception:
@@ -130,8 +144,9 @@ class Scheduler:
                 try:
                     await self.deps.store.release(fence)
                     if not halted:
-                        # Lease lost, stalled past it, or shutting down mid-turn: the work is
-                        # not done, so it must stay claimable (release alone would strand it).
+                        # Lease lost, stalled past it, or handed over mid-turn by a stopping
+                        # process: the work is not done, so it must stay claimable (release
+                        # alone would strand it); the wake lets another process take it now.
                         await self.deps.store.wake(fence.session_id)
                 except StorageFailure:
                     pass  # logged once by the store; the lease expires and it is claimed again
@@ -140,3 +155,15 @@ class Scheduler:
             self._busy -= 1
             self._slot_freed.set()
             self._slot_freed = anyio.Event()
+
+
+async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:
+    """Return when the first of `waits` returns (the others are cancelled)."""
+    async with anyio.create_task_group() as tg:
+
+        async def one(wait: Callable[[], Awaitable[object]]) -> None:
+            await wait()
+            tg.cancel_scope.cancel()
+
+        for wait in waits:
+            tg.start_soon(one, wait)

@@ -163,6 +163,7 @@ def _install_agent(dest: Path, python: str) -> Path:
         check=True,
         env={},
         stdout=subprocess.DEVNULL,
+        start_new_session=True,  # Ctrl+C is the server's to handle (see `_spawn.spawn`)
     )
     return dest
 

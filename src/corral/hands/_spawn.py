@@ -229,6 +229,10 @@ async def spawn(layout: _bwrap.HostLayout, recipe: SandboxRecipe, parts: Parts) 
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE, env={}, cwd="/",
             pass_fds=(*fds.values(), *parts.sources.values(), *layout.fds),
+            # Out of the server's process group: Ctrl+C's SIGINT is the server's to handle
+            # (a graceful stop lets the running call finish); --die-with-parent still ends
+            # the sandbox with the server.
+            start_new_session=True,
         )  # fmt: skip
     except BaseException:
         channel.close()

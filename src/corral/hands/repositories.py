@@ -216,7 +216,12 @@ class RepositoryCheckouts:
         """Run git; a non-zero exit is `_Failed(kind)` with git's last words."""
         with anyio.fail_after(self._timeout):
             result = await anyio.run_process(
-                [self._git, *args], env=env, check=False, stdin=subprocess.DEVNULL, cwd="/"
+                [self._git, *args],
+                env=env,
+                check=False,
+                stdin=subprocess.DEVNULL,
+                cwd="/",
+                start_new_session=True,  # Ctrl+C is the server's to handle (graceful stop)
             )
         if result.returncode != 0:
             tail = result.stderr.decode(errors="replace").strip().splitlines()[-3:]

@@ -113,6 +113,12 @@ class Settings(BaseSettings):
     """Concurrent brain slots in this process (0 = API only)."""
     lease_seconds: Annotated[float, Key(toml="server.lease_seconds"), Positive] = 10.0
     """How long a silent worker keeps its sessions before another takes them over."""
+    shutdown_grace_seconds: Annotated[
+        float, Key(toml="server.shutdown_grace_seconds"), Positive
+    ] = 20.0
+    """On SIGTERM/SIGINT: how long brains may finish their current step (then another process
+    takes their sessions at once) and requests finish before the process is killed; a second
+    signal kills at once."""
     work_ttl_seconds: Annotated[int, Key(toml="server.work_ttl_seconds"), Positive] = 90
     """Lease of a self-hosted work item: a worker silent this long has lost it (its call in
     flight is answered with an error). 90 is what the SDK's worker assumes."""
