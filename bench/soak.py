@@ -56,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--drop", type=float, default=0.2, help="chance a turn's stream is dropped mid-turn")
     add("--seed", type=int, default=1)
     add("--json", type=Path, help="also write samples and slopes as JSON here")
+    add("--memprobe", type=Path, help="dir for the server's memory readings (bench/_memprobe)")
+    add("--memprobe-every", type=float, default=60.0, help="seconds between memory readings")
+    add("--tracemalloc", type=int, default=0, help="frames traced with --memprobe (0: off)")
     args = parser.parse_args(argv)
     if args.warmup < 0:
         args.warmup = args.duration / 5
@@ -345,6 +348,21 @@ def report(
     return {"slopes_per_hour": slopes, "tally": asdict(tally), "loadavg": load, "samples": samples}
 
 
+def _memprobe_env(args: argparse.Namespace) -> dict[str, str]:
+    """The server's environment for `--memprobe`: bench/_memprobe's sitecustomize on the path."""
+    if not args.memprobe:
+        return {}
+    site = str(Path(__file__).parent / "_memprobe")
+    env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p),
+        "SOAK_MEMPROBE": str(args.memprobe.resolve()),
+        "SOAK_MEMPROBE_EVERY": str(args.memprobe_every),
+    }
+    if args.tracemalloc:
+        env["PYTHONTRACEMALLOC"] = str(args.tracemalloc)
+    return env
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _util.raise_nofile()
@@ -360,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         with FakeModelServer(soak_model(args.steps)) as fake:
-            server = ServerProcess(data, model_url=fake.url)
+            server = ServerProcess(data, model_url=fake.url, env=_memprobe_env(args))
             server.start()
             try:
                 tally, samples = asyncio.run(play(server, args))

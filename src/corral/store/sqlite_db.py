@@ -86,6 +86,13 @@ class _NoHooks:
         pass
 
 
+CACHE_KIB = 4096
+"""Page cache per connection. Readers lose theirs whenever another connection has committed
+(WAL), so only the writer's ever fills: up to the whole database, at which it was 64 MiB of
+RSS growing with the logs (docs/performance.md, "Soak"). Appends touch a few hot pages;
+the rest comes from the OS's file cache when asked for."""
+
+
 def connect(path: Path, *, autocheckpoint: bool = True) -> sqlite3.Connection:
     """A connection with the store's PRAGMAs (WAL, synchronous=FULL); `bench/log.py`'s bare
     baseline opens its database with this too, so both pay the same fsyncs.
@@ -97,7 +104,7 @@ def connect(path: Path, *, autocheckpoint: bool = True) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=30000")
     conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("PRAGMA cache_size=-65536")  # 64 MiB of page cache per connection
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
     if not autocheckpoint:
         conn.execute("PRAGMA wal_autocheckpoint=0")
     return conn
