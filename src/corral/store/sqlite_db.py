@@ -2,7 +2,7 @@
 
 A reader connection lives as long as the thread that opened it: worker threads come and go
 (anyio retires one after 10 s idle), and a connection kept past its thread is an open file
-and up to 64 MiB of page cache that nobody will use again.
+and its page cache, that nobody will use again.
 
 Writes from many coroutines are batched into one transaction (each in its own SAVEPOINT so
 one failure does not undo the others), which is how durable appends keep up under load. The
