@@ -4,6 +4,7 @@ open files, threads, memory, the database's WAL.
 
 Usage: uv run python bench/soak.py [--duration 1800] [--sessions 30] [--warmup 300]
        [--sample 10] [--sandbox-idle 60] [--quiet-every 120] [--quiet 15] [--json FILE]
+       [--memprobe DIR [--memprobe-every 60] [--tracemalloc FRAMES]]
 
 Each session plays turns of `--steps` bash calls (real bubblewrap sandboxes) and a final text,
 against the wire-level fake model, following its SSE stream; a stream is dropped mid-turn now
@@ -13,7 +14,8 @@ every `--quiet-every` seconds all sessions pause together for `--quiet` seconds,
 a worker thread's idle timeout (10 s), the spells in which per-thread resources used to leak.
 The server's RSS, open files (all, and those on corral.db), threads, and the database and WAL
 sizes are sampled every `--sample` seconds; after `--warmup` the least-squares slope of each is
-printed per hour, with the load average. Asserts no timings.
+printed per hour, with the load average. Asserts no timings. `--memprobe` splits the server's
+memory (Python heap, SQLite, malloc) into DIR/mem.jsonl, see bench/_memprobe/sitecustomize.py.
 """
 
 from __future__ import annotations
