@@ -4,6 +4,7 @@ open files, threads, memory, the database's WAL.
 
 Usage: uv run python bench/soak.py [--duration 1800] [--sessions 30] [--warmup 300]
        [--sample 10] [--sandbox-idle 60] [--quiet-every 120] [--quiet 15] [--json FILE]
+       [--memprobe DIR [--memprobe-every 60] [--tracemalloc FRAMES]]
 
 Each session plays turns of `--steps` bash calls (real bubblewrap sandboxes) and a final text,
 against the wire-level fake model, following its SSE stream; a stream is dropped mid-turn now
@@ -13,7 +14,8 @@ every `--quiet-every` seconds all sessions pause together for `--quiet` seconds,
 a worker thread's idle timeout (10 s), the spells in which per-thread resources used to leak.
 The server's RSS, open files (all, and those on corral.db), threads, and the database and WAL
 sizes are sampled every `--sample` seconds; after `--warmup` the least-squares slope of each is
-printed per hour, with the load average. Asserts no timings.
+printed per hour, with the load average. Asserts no timings. `--memprobe` splits the server's
+memory (Python heap, SQLite, malloc) into DIR/mem.jsonl, see bench/_memprobe/sitecustomize.py.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--drop", type=float, default=0.2, help="chance a turn's stream is dropped mid-turn")
     add("--seed", type=int, default=1)
     add("--json", type=Path, help="also write samples and slopes as JSON here")
+    add("--memprobe", type=Path, help="dir for the server's memory readings (bench/_memprobe)")
+    add("--memprobe-every", type=float, default=60.0, help="seconds between memory readings")
+    add("--tracemalloc", type=int, default=0, help="frames traced with --memprobe (0: off)")
     args = parser.parse_args(argv)
     if args.warmup < 0:
         args.warmup = args.duration / 5
@@ -345,6 +350,21 @@ def report(
     return {"slopes_per_hour": slopes, "tally": asdict(tally), "loadavg": load, "samples": samples}
 
 
+def _memprobe_env(args: argparse.Namespace) -> dict[str, str]:
+    """The server's environment for `--memprobe`: bench/_memprobe's sitecustomize on the path."""
+    if not args.memprobe:
+        return {}
+    site = str(Path(__file__).parent / "_memprobe")
+    env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p),
+        "SOAK_MEMPROBE": str(args.memprobe.resolve()),
+        "SOAK_MEMPROBE_EVERY": str(args.memprobe_every),
+    }
+    if args.tracemalloc:
+        env["PYTHONTRACEMALLOC"] = str(args.tracemalloc)
+    return env
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _util.raise_nofile()
@@ -360,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         with FakeModelServer(soak_model(args.steps)) as fake:
-            server = ServerProcess(data, model_url=fake.url)
+            server = ServerProcess(data, model_url=fake.url, env=_memprobe_env(args))
             server.start()
             try:
                 tally, samples = asyncio.run(play(server, args))

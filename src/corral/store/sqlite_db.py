@@ -2,7 +2,7 @@
 
 A reader connection lives as long as the thread that opened it: worker threads come and go
 (anyio retires one after 10 s idle), and a connection kept past its thread is an open file
-and up to 64 MiB of page cache that nobody will use again.
+and its page cache, that nobody will use again.
 
 Writes from many coroutines are batched into one transaction (each in its own SAVEPOINT so
 one failure does not undo the others), which is how durable appends keep up under load. The
@@ -87,6 +87,13 @@ class _NoHooks:
         pass
 
 
+CACHE_KIB = 4096
+"""Page cache per connection. Readers lose theirs whenever another connection has committed
+(WAL), so only the writer's ever fills: up to the whole database, at which it was 64 MiB of
+RSS growing with the logs (docs/performance.md, "Soak"). Appends touch a few hot pages;
+the rest comes from the OS's file cache when asked for."""
+
+
 def connect(
     path: Path, *, autocheckpoint: bool = True, busy_seconds: float = 30.0
 ) -> sqlite3.Connection:
@@ -104,7 +111,7 @@ def connect(
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute(f"PRAGMA busy_timeout={max(int(busy_seconds * 1000), 1)}")
     conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("PRAGMA cache_size=-65536")  # 64 MiB of page cache per connection
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
     if not autocheckpoint:
         conn.execute("PRAGMA wal_autocheckpoint=0")
     return conn
