@@ -73,6 +73,10 @@ def test_checker_catches_two_brains_when_fencing_is_off(tmp_path: Path) -> None:
         "10",
         "--lease",
         "4",
+        # Two brains on one session may leave it without an end (a broken log is what this
+        # run provokes); the default 180 s wait for such a session would outlast the timeout.
+        "--deadline",
+        "60",
     )
     assert code == 1
     assert INTERLEAVING & set(tally["violations"]), tally["violations"]
