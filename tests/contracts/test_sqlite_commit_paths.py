@@ -156,3 +156,34 @@ async def test_a_lone_writer_commits_at_once_and_a_burst_still_shares_commits(
     )
     assert db.commits - before == 1  # after a shared batch, even the first write waits
     assert rows(db) == list(range(62))
+
+
+async def test_commits_return_to_the_loop_when_the_disk_is_fast_again(
+    db: SqliteDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A moment's slow commit sends commits to the writer thread; there a commit also waits
+    for the GIL the busy event loop holds, which must not read as a slow disk for ever
+    (here the thread's commits take 30 ms more than the loop's: they must come back).
+    The bar is raised to 20 ms so that this machine's own fsync counts as fast."""
+    monkeypatch.setattr(sqlite_db, "_INLINE_MAX_SECONDS", 0.02)
+
+    def on_thread_slowly(n: int) -> Callable[[sqlite3.Connection], int]:
+        def run(conn: sqlite3.Connection) -> int:
+            if threading.current_thread().name == "corral-sqlite-writer":
+                threading.Event().wait(0.03)
+            conn.execute("INSERT INTO t (n) VALUES (?)", (n,))
+            return n
+
+        return run
+
+    def slow_once(conn: sqlite3.Connection) -> int:
+        threading.Event().wait(0.2)  # a moment's slow disk, on the loop
+        conn.execute("INSERT INTO t (n) VALUES (-1)")
+        return -1
+
+    assert await db.write(slow_once) == -1
+    inline_before = db.inline_commits
+    for n in range(100):
+        assert await db.write(on_thread_slowly(n)) == n
+    assert db.inline_commits - inline_before >= 50
+    assert rows(db)[-1] == 99

@@ -53,6 +53,9 @@ class Scheduler:
         self._busy = 0
         self._slot_freed = anyio.Event()
         self._claim_backoff = poll_seconds
+        self._waiting: anyio.CancelScope | None = None
+        """The claim loop's wait in progress, ended when the stop is requested."""
+        deps.stopping.on_request(self._end_wait)
 
     @property
     def busy(self) -> int:
@@ -85,7 +88,7 @@ class Scheduler:
         while not stopping.requested:
             free = self.concurrency - self._busy
             if free <= 0:
-                await _first_of(self._slot_freed.wait, stopping.wait)
+                await self._unless_stopping(self._slot_freed.wait)
                 continue
             # Never cancelled mid-claim: a claim committed but not seen would strand its
             # sessions for a whole lease.
@@ -98,9 +101,26 @@ class Scheduler:
             if len(fences) < free:
                 # Nothing else was due: no second claim just to hear so. A wake since
                 # this claim began ends the wait at once.
-                await _first_of(
-                    lambda: self.deps.store.wait_for_work(self.poll_seconds), stopping.wait
+                await self._unless_stopping(
+                    lambda: self.deps.store.wait_for_work(self.poll_seconds)
                 )
+
+    async def _unless_stopping(self, wait: Callable[[], Awaitable[object]]) -> None:
+        """Await `wait()` until it returns or the stop is requested. One cancel scope the
+        stop's callback cancels: a task group racing two tasks cost the event loop a
+        scheduled task pair on every wait for work, that is every turn."""
+        if self.deps.stopping.requested:
+            return
+        with anyio.CancelScope() as scope:
+            self._waiting = scope
+            try:
+                await wait()
+            finally:
+                self._waiting = None
+
+    def _end_wait(self) -> None:
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     async def _tend_sandboxes(self) -> None:
         pool = self.deps.sandboxes
@@ -123,7 +143,7 @@ class Scheduler:
         except StorageFailure:
             # The store logged the condition once; claims (writes) retry with a backoff
             # until it can write again, when the sessions it stopped report their turns.
-            await _first_of(lambda: anyio.sleep(self._claim_backoff), self.deps.stopping.wait)
+            await self._unless_stopping(lambda: anyio.sleep(self._claim_backoff))
             self._claim_backoff = min(self._claim_backoff * 2, STORAGE_RETRY_MAX_SECONDS)
             return []
         except Exception:
@@ -155,15 +175,3 @@ class Scheduler:
             self._busy -= 1
             self._slot_freed.set()
             self._slot_freed = anyio.Event()
-
-
-async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:
-    """Return when the first of `waits` returns (the others are cancelled)."""
-    async with anyio.create_task_group() as tg:
-
-        async def one(wait: Callable[[], Awaitable[object]]) -> None:
-            await wait()
-            tg.cancel_scope.cancel()
-
-        for wait in waits:
-            tg.start_soon(one, wait)
