@@ -109,12 +109,16 @@ async function route() {
     if (!match) continue;
     fill(main, h("p", { class: "loading" }, "Loading…"));
     const mine = ++generation;
+    // Each visit draws into its own view, shown only if it is still the current visit: a
+    // page that finishes loading after the user moved on must not draw over the newer one.
+    const view = h("div", { class: "view" });
     try {
-      const done = await page(main, ...match.slice(1));
+      const done = await page(view, ...match.slice(1));
       if (mine !== generation) {
         if (done) done();
         return;
       }
+      fill(main, view);
       cleanup = done || null;
     } catch (err) {
       if (mine !== generation) return;
