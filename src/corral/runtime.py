@@ -15,6 +15,7 @@ from typing import Any, Literal
 import anyio
 
 from corral.brain.mcp import McpToolsets
+from corral.brain.memo import Memo
 from corral.brain.run import BrainDeps, BrainSettings
 from corral.brain.sandboxes import SandboxPool, Standings
 from corral.brain.scheduler import Scheduler
@@ -227,6 +228,7 @@ async def open_runtime(settings: Settings, *, vault_check: bool = True) -> Async
         work=work_items,
         prices=models,
         contexts=models,
+        memo=Memo(max_bytes=settings.brain_memo_mib * 1024 * 1024),
         settings=BrainSettings(
             lease_seconds=settings.lease_seconds,
             model_retry_max_seconds=settings.model_retry_max_seconds,

@@ -158,6 +158,8 @@ class Transcript:
         """The newest compaction's summary, shown in place of the turns it replaced."""
         self.dropped = 0
         """Turns replaced by the summary (turn indexes in the log count them)."""
+        self.weight = 0
+        """Estimated bytes held by `turns` (`memory_weight`): what the brain's memo budgets."""
 
     def apply(self, event: LogEvent) -> None:
         """Add what `event` shows the model (most events show nothing)."""
@@ -226,6 +228,10 @@ class Transcript:
             if len(self.turns) == 1:
                 self._results_in_last = max(self._results_in_last - cut_blocks, 0)
         self.summary = summary
+        self.weight = len(summary) + sum(
+            TURN_BYTES + sum(memory_weight(block) for block in turn["content"])
+            for turn in self.turns
+        )
 
     def _turn_messages(self) -> list[dict[str, Any]]:
         placeholders = [_result_block(use_id, None) for use_id in self._open]
@@ -273,6 +279,7 @@ class Transcript:
 
     def _add(self, role: str, block: dict[str, Any]) -> None:
         self.blocks_built += 1
+        self.weight += memory_weight(block)
         is_result = block.get("type") == "tool_result"
         if self.turns and self.turns[-1]["role"] == role:
             content = self.turns[-1]["content"]
@@ -283,7 +290,26 @@ class Transcript:
                 content.append(block)
             return
         self.turns.append({"role": role, "content": [block]})
+        self.weight += TURN_BYTES
         self._results_in_last = 1 if is_result else 0
+
+
+TURN_BYTES = 200
+"""A turn's own dict and list, besides its blocks."""
+
+
+def memory_weight(value: Any) -> int:
+    """Roughly the bytes `value` (a block of JSON-like values, as parsed from the log) holds
+    in CPython: its strings plus each container's own size (a parsed dict's keys are strings
+    of their own). An estimate for budgeting a cache, within ~10 % on conversations of text
+    and tool calls, cheap enough to take once per block as it is added."""
+    if isinstance(value, str):
+        return 50 + len(value)
+    if isinstance(value, dict):
+        return 240 + sum(60 + memory_weight(v) for v in value.values())
+    if isinstance(value, list):
+        return 60 + sum(8 + memory_weight(v) for v in value)
+    return 32
 
 
 def _input_blocks(event: UserMessageEvent | SystemMessageEvent) -> list[dict[str, Any]]:

@@ -119,6 +119,10 @@ class Settings(BaseSettings):
     """On SIGTERM/SIGINT: how long brains may finish their current step (then another process
     takes their sessions at once) and requests finish before the process is killed; a second
     signal kills at once."""
+    brain_memo_mib: Annotated[int, Key(toml="server.brain_memo_mib"), Field(ge=0)] = 64
+    """Memory (estimated MiB) a process keeps of the sessions it drove last, so their next
+    turn reads only the new events instead of the whole log again. Long conversations take
+    the most; 0 turns the cache off (every turn reads its session's whole log)."""
     work_ttl_seconds: Annotated[int, Key(toml="server.work_ttl_seconds"), Positive] = 90
     """Lease of a self-hosted work item: a worker silent this long has lost it (its call in
     flight is answered with an error). 90 is what the SDK's worker assumes."""
