@@ -10,6 +10,7 @@ import math
 import os
 import resource
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -50,6 +51,19 @@ def raise_nofile() -> int:
     if soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def stop_on_signals() -> None:
+    """Turn SIGTERM and SIGHUP into SystemExit, so `finally` blocks stop the servers a bench
+    started (each in its own session, out of reach of a signal to the bench's group) when
+    the bench itself is stopped by `timeout`, a CI job's end or a closed terminal."""
+
+    def stop(signum: int, _frame: object) -> None:
+        signal.signal(signum, signal.SIG_DFL)  # a second signal kills at once
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
 
 
 def disk_tempdir(prefix: str) -> Path:

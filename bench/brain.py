@@ -317,6 +317,7 @@ def print_profile(path: Path, name: str, turns: int, top: int = 20) -> None:
 async def main() -> None:
     args = parse_args()
     _util.raise_nofile()
+    _util.stop_on_signals()
     folder = _util.disk_tempdir("brain-")
     try:
         with fake_model(args.delay, "ok", folder) as fake_url:

@@ -305,6 +305,7 @@ def report(args: argparse.Namespace, chaos: Chaos, tally: Tally, wall: float) ->
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _util.raise_nofile()
+    _util.stop_on_signals()
     # A killed worker drops its model request half-sent; the fake's ClientDisconnect
     # tracebacks are expected noise here.
     logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)

@@ -215,6 +215,7 @@ def report_store(appends: list[Appends], fan: Fanout) -> None:
 def main() -> None:
     args = parse_args()
     _util.raise_nofile()
+    _util.stop_on_signals()
     root = _util.disk_tempdir("corral-bench-scale-")
     print(f"scale benchmark: {args.sessions} sessions x {args.rounds} rounds per configuration, "
           f"fake first-token delay {args.delay * 1000:.0f} ms, workers {args.workers}, "

@@ -56,6 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--quiet-every", type=float, default=120.0, help="seconds between global quiet spells")
     add("--quiet", type=float, default=15.0, help="seconds of each global quiet spell")
     add("--drop", type=float, default=0.2, help="chance a turn's stream is dropped mid-turn")
+    add("--memo-mib", type=int, default=64, help="server's brain_memo_mib (small: fills early)")
     add("--seed", type=int, default=1)
     add("--json", type=Path, help="also write samples and slopes as JSON here")
     add("--memprobe", type=Path, help="dir for the server's memory readings (bench/_memprobe)")
@@ -368,10 +369,13 @@ def _memprobe_env(args: argparse.Namespace) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _util.raise_nofile()
+    _util.stop_on_signals()
     root = _util.disk_tempdir("corral-soak-")
     data = root / "data"
     data.mkdir()
-    (data / "corral.toml").write_text(f"[server]\nsandbox_idle_seconds = {args.sandbox_idle}\n")
+    (data / "corral.toml").write_text(
+        f"[server]\nsandbox_idle_seconds = {args.sandbox_idle}\nbrain_memo_mib = {args.memo_mib}\n"
+    )
     print(
         f"soak: {args.duration:.0f} s, {args.sessions} sessions, {args.steps} bash calls a turn, "
         f"sandbox idle {args.sandbox_idle:.0f} s, quiet {args.quiet:.0f} s every "

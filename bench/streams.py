@@ -296,6 +296,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="events fanned out")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between rounds")
     args = parser.parse_args()
+    _util.stop_on_signals()
     limit = _util.raise_nofile()  # the server inherits it: it is started after this
     if limit < args.streams + 200:
         raise SystemExit(f"open-file limit {limit} is too low for {args.streams} streams")

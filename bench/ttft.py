@@ -429,6 +429,7 @@ def compare_hands(lazy: dict[int, Samples], eager: dict[int, Samples]) -> None:
 def main() -> None:
     args = parse_args()
     _util.raise_nofile()
+    _util.stop_on_signals()
     modes = [lazy_hands_mode(), eager_hands_mode()] if args.compare_hands else [default_mode()]
     print(
         f"TTFT benchmark: modes={[m.name for m in modes]}, fake first-token delay "

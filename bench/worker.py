@@ -94,6 +94,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--leases", type=int, default=30)
     args = parser.parse_args()
+    _util.stop_on_signals()
     folder = Path(tempfile.mkdtemp(prefix="corral-bench-worker-"))
     with FakeModelServer(answer) as fake:
         server = ServerProcess(folder / "server", model_url=fake.url).start()
