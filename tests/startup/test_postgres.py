@@ -104,3 +104,38 @@ def test_worker_metrics_port_taken(tmp_path: Path) -> None:
     assert done.code == 1
     assert_one_line_error(done, f"127.0.0.1:{port}", "in use", "--metrics-port")
     assert len(done.lines) == 1, done.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_a_database_not_in_utf8_is_refused(
+    tmp_path: Path, base_url: str, command: tuple[str, ...]
+) -> None:
+    """SQL_ASCII (what `initdb` under the C locale makes) answered 500s on the first non-ASCII
+    character; it is refused at start, before anything is written."""
+    name = f"corral_ascii_{secrets.token_hex(4)}"
+    with psycopg.connect(base_url, autocommit=True) as conn:
+        create = (
+            "CREATE DATABASE {} TEMPLATE template0 ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'"
+        )
+        conn.execute(sql.SQL(create).format(sql.Identifier(name)))
+    try:
+        url = urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
+        done = corral(tmp_path, *_args(command), "--database-url", url, timeout=60)
+        assert done.code == 1
+        assert_one_line_error(done, f"'{name}'", "SQL_ASCII", "UTF8", f"-T template0 {name}")
+        assert len(done.lines) == 1, done.stderr
+        with psycopg.connect(url) as conn:
+            tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+            assert tables.fetchone() == (0,)  # nothing migrated into it
+    finally:
+        _drop(base_url, name)
+
+
+def test_create_database_asks_for_utf8_where_the_server_default_is_not() -> None:
+    from corral.store.postgres_probe import _create_statement
+
+    plain = _create_statement("db", "UTF8").as_string(None)
+    assert plain == 'CREATE DATABASE "db"'
+    forced = _create_statement("db", "SQL_ASCII").as_string(None)
+    assert "TEMPLATE template0 ENCODING 'UTF8'" in forced

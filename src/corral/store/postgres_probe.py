@@ -116,7 +116,25 @@ async def probe(url: str) -> None:
         conn = await psycopg.AsyncConnection.connect(_with_timeout(url), autocommit=True)
     except psycopg.Error as exc:
         raise unavailable(url, exc) from None
-    await conn.close()
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("SHOW server_encoding")
+            row = await cur.fetchone()
+    finally:
+        await conn.close()
+    encoding = str(row[0]) if row else "?"
+    if encoding.upper() not in ("UTF8", "UTF-8"):
+        raise DatabaseUnavailable(_wrong_encoding(Target.of(url), encoding))
+
+
+def _wrong_encoding(target: Target, encoding: str) -> str:
+    # SQL_ASCII stores bytes unchecked and cannot convert them: every event with a non-ASCII
+    # character would fail at run time, so it is refused before anything is written.
+    return (
+        f"PostgreSQL database {target.dbname!r} at {target.where} uses encoding {encoding}; "
+        f"Corral needs UTF8: create it with `createdb -E UTF8 -T template0 {target.dbname}` "
+        "(or drop it and run `corral migrate --create-database`)"
+    )
 
 
 async def create_database(url: str) -> bool:
@@ -138,7 +156,7 @@ async def create_database(url: str) -> bool:
             await cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (target.dbname,))
             if await cur.fetchone() is not None:
                 return False
-            await cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(target.dbname)))
+            await cur.execute(_create_statement(target.dbname, await _default_encoding(cur)))
     except psycopg.errors.DuplicateDatabase:
         return False  # made by someone else meanwhile
     except psycopg.Error as exc:
@@ -149,3 +167,24 @@ async def create_database(url: str) -> bool:
     finally:
         await conn.close()
     return True
+
+
+async def _default_encoding(cur: psycopg.AsyncCursor[tuple[object, ...]]) -> str:
+    """The encoding a plain `CREATE DATABASE` gives (template1's)."""
+    await cur.execute(
+        "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = 'template1'"
+    )
+    row = await cur.fetchone()
+    return str(row[0]) if row else "UTF8"
+
+
+def _create_statement(dbname: str, default_encoding: str) -> sql.Composed:
+    """CREATE DATABASE, in UTF8 even where the server's default is not (a cluster made with
+    `initdb` under the C locale defaults to SQL_ASCII): then from template0, with the C
+    locale, which every encoding accepts."""
+    name = sql.Identifier(dbname)
+    if default_encoding.upper() == "UTF8":
+        return sql.SQL("CREATE DATABASE {}").format(name)
+    return sql.SQL(
+        "CREATE DATABASE {} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'"
+    ).format(name)
