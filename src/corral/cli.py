@@ -88,6 +88,7 @@ def serve(
     )
     with reported():  # the port first: nothing is written or announced if it is taken
         preflight.refuse_api_only_sqlite(settings)
+        preflight.check_sandbox_uids(settings)
         sock = preflight.listen(settings.host, settings.port)
         preflight.check_database(settings)
     settings, new_key = ensure_api_keys(settings)
@@ -181,6 +182,7 @@ def worker(
         if settings.metrics_port is not None:
             where = "--metrics-port / [metrics] port"
             metrics = preflight.listen(settings.host, settings.metrics_port, where)
+        preflight.check_sandbox_uids(settings)
         preflight.check_database(settings)
     if settings.metrics_port is not None:
         settings, _ = ensure_api_keys(settings)  # /metrics takes the API processes' keys

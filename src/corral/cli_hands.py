@@ -15,6 +15,7 @@ from corral.cli_config import load_or_exit
 from corral.cli_options import DataDir
 from corral.config import Settings
 from corral.hands.base import Limits, Networking
+from corral.preflight import check_sandbox_uids, reported
 from corral.settings.checks import absolute_path
 
 console = Console(stderr=True)
@@ -66,6 +67,8 @@ def hands(
         for problem in problems:
             console.print(f"[red]corral hands:[/] {problem}")
         raise typer.Exit(2)
+    with reported():
+        check_sandbox_uids(settings)
     networking = Networking(
         type=network,  # type: ignore[arg-type]  # checked above
         allowed_hosts=tuple(allow_host or ()),

@@ -6,6 +6,7 @@ why not (see docs/startup.md).
 - `require_database` / `require_data_dir` / `require_vault_key`: admin commands read an
   existing data dir, never make an empty one where they happen to run;
 - `check_vault_key`: the configured vault keys open the newest sealed credential;
+- `check_sandbox_uids`: the sandboxes' uids exist in the server's user namespace;
 - `warn_missing_model_keys`: a model route whose provider key is not in the environment.
 
 Every refusal is a `StartupError`; `reported` turns it into one line on stderr and the exit
@@ -18,6 +19,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import logging
+import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +28,7 @@ from typing import NoReturn
 
 from corral.config import Settings
 from corral.errors import StartupError
+from corral.hands._uids import UidRange, covered, mapped_ranges
 from corral.model_routes import DEFAULT_ROUTES, ModelRoute
 from corral.store.base import Page, ResourceStore
 from corral.vault.crypto import Keyring, VaultKeyError
@@ -35,6 +38,7 @@ from corral.vault.secrets import SEALED, VAULT_KIND, bound_to, credential_kind
 log = logging.getLogger("corral")
 LISTEN_BACKLOG = 2048
 """uvicorn's default backlog."""
+ID_MAPS = (Path("/proc/self/uid_map"), Path("/proc/self/gid_map"))
 VAULTS_SAMPLED = 20
 """Newest vaults looked into for a sealed credential (a vault may have none)."""
 
@@ -143,6 +147,35 @@ def refuse_api_only_sqlite(settings: Settings) -> None:
             "`corral worker` processes",
             exit_code=2,
         )
+
+
+def check_sandbox_uids(settings: Settings, id_maps: tuple[Path, Path] = ID_MAPS) -> None:
+    """As root, sandboxes run as uids of `sandbox_uid_range`; in a user namespace (a rootless
+    container, a CI runner) only the ids it maps exist, and switching to another fails every
+    provision with a bare EINVAL. Checked at start instead, naming the setting and the ids
+    that are there.
+
+    Raises:
+        StartupError: part of the range is not mapped for uids or gids.
+    """
+    if os.geteuid() != 0:
+        return  # sandboxes then run as the server's own user
+    wanted = UidRange(*settings.sandbox_uid_range)
+    for path in id_maps:
+        try:
+            ranges = mapped_ranges(path.read_text())
+        except OSError:
+            return  # no /proc: nothing to tell in advance
+        if not covered(wanted, ranges):
+            there = ", ".join(f"{first}-{last}" for first, last in ranges) or "none"
+            raise StartupError(
+                f"[server] sandbox_uid_range (CORRAL_SANDBOX_UID_RANGE) "
+                f"{wanted.first}-{wanted.last} is not mapped in this user namespace "
+                f"({path} maps {there}): choose a range inside the mapped ids, away from "
+                "the ids of accounts, e.g. in a container started with a mapping of 0-65535, "
+                '"20000-59999"',
+                exit_code=2,
+            )
 
 
 # ---- admin commands -------------------------------------------------------------------

@@ -57,6 +57,30 @@ class UidRange:
         return cls(int(first), int(last))
 
 
+def mapped_ranges(id_map: str) -> list[tuple[int, int]]:
+    """The ids usable in this user namespace as inclusive (first, last) pairs, from the text
+    of `/proc/self/uid_map` (or gid_map): lines of `inside outside count`. Outside any user
+    namespace it is one line mapping every id."""
+    ranges = []
+    for line in id_map.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and all(f.isdigit() for f in fields) and int(fields[2]) > 0:
+            inside, count = int(fields[0]), int(fields[2])
+            ranges.append((inside, inside + count - 1))
+    return sorted(ranges)
+
+
+def covered(wanted: UidRange, ranges: list[tuple[int, int]]) -> bool:
+    """Whether every id of `wanted` lies in `ranges` (ranges that touch count as one)."""
+    position = wanted.first
+    for first, last in sorted(ranges):
+        if first <= position <= last:
+            position = last + 1
+            if position > wanted.last:
+                return True
+    return False
+
+
 class UidAllocator:
     """Allocates, looks up and frees sessions' uids under `root` (blocking: call in a thread)."""
 
