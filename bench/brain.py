@@ -23,6 +23,7 @@ import contextlib
 import os
 import pstats
 import random
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -54,6 +55,7 @@ def parse_args() -> argparse.Namespace:
     add("--skip-postgres", action="store_true")
     add("--only-postgres", action="store_true", help="measure 2. on PostgreSQL only")
     add("--only-cpu", action="store_true", help="measure 2. only (no 1. and 3.)")
+    add("--keep-profiles", type=Path, help="copy the cProfile dumps of 2. into this dir")
     return parser.parse_args()
 
 
@@ -346,6 +348,9 @@ async def main() -> None:
                 print(f"{name}: {used.describe()} (goal <= {goals[name] * 1000:.0f}: {ok})")
             for name in cpu:
                 print_profile(profiles[name], name, args.turns // 2)
+                if args.keep_profiles and profiles[name].exists():
+                    args.keep_profiles.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(profiles[name], args.keep_profiles / profiles[name].name)
             if args.only_postgres or args.only_cpu:
                 return
             server = start_server(folder / "sustained", fake_url, {})

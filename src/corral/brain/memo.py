@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from corral.brain.context import Transcript
 from corral.brain.state import SessionState
+from corral.observability.metrics import BRAIN_MEMO_BYTES, BRAIN_MEMO_SESSIONS
 
 DEFAULT_CAPACITY = 256
 """Sessions remembered per process at most, however small."""
@@ -55,6 +56,7 @@ class Memo:
         if found is None:
             return None
         self._bytes -= found[1]
+        self._report()
         return found[0]
 
     def keep(self, session_id: str, folded: Folded) -> None:
@@ -71,6 +73,11 @@ class Memo:
         while len(self._entries) > self._capacity or self._bytes > self._max_bytes:
             _, (_, dropped) = self._entries.popitem(last=False)
             self._bytes -= dropped
+        self._report()
+
+    def _report(self) -> None:
+        BRAIN_MEMO_BYTES.set(self._bytes)
+        BRAIN_MEMO_SESSIONS.set(len(self._entries))
 
     @property
     def bytes(self) -> int:

@@ -88,6 +88,17 @@ LEASE_TAKEOVERS = Counter(
 SSE_CLIENTS = Gauge(
     "corral_sse_clients", "Event streams open on this process right now.", registry=REGISTRY
 )
+BRAIN_MEMO_BYTES = Gauge(
+    "corral_brain_memo_bytes",
+    "Estimated bytes of folded session state the brains keep between turns "
+    "(bounded by brain_memo_mib).",
+    registry=REGISTRY,
+)
+BRAIN_MEMO_SESSIONS = Gauge(
+    "corral_brain_memo_sessions",
+    "Sessions whose folded state the brains keep between turns.",
+    registry=REGISTRY,
+)
 APPEND_LATENCY = Histogram(
     "corral_append_duration_seconds",
     "Time to append events to a session's log, by writer (brain, api).",
