@@ -42,6 +42,7 @@ from corral.store.postgres_bound import (
 from corral.store.postgres_db import Listener, migrate, preview_payloads
 from corral.store.postgres_memory import PostgresMemories
 from corral.store.postgres_probe import probe
+from corral.store.sql_filters import direction, page_where
 from corral.store.wakeups import WorkSignal
 
 log = logging.getLogger("corral.store.postgres")
@@ -372,12 +373,12 @@ class PostgresStore(PostgresMemories):
 
     async def list_resources(self, kind: str, page: Page) -> list[Resource]:
         """A page in id order."""
-        where, args = q.page_where(page)
+        where, args = page_where(page, "%s")
         async with self.pool.connection() as conn:
             rows = await q.fetchall(
                 conn,
                 f"SELECT {q.RESOURCE_COLUMNS} FROM resources WHERE kind = %s {where} "
-                f"ORDER BY id {q.direction(page)} LIMIT %s",
+                f"ORDER BY id {direction(page)} LIMIT %s",
                 (kind, *args, page.limit + 1),
             )
         return [q.to_resource(r) for r in rows]
@@ -406,7 +407,7 @@ class PostgresStore(PostgresMemories):
             rows = await q.fetchall(
                 conn,
                 f"SELECT {q.VERSION_COLUMNS} FROM agent_versions WHERE agent_id = %s "
-                f"AND version {op} %s ORDER BY version {q.direction(page)} LIMIT %s",
+                f"AND version {op} %s ORDER BY version {direction(page)} LIMIT %s",
                 (agent_id, after, page.limit + 1),
             )
         return [q.to_resource(r) for r in rows]
@@ -467,12 +468,12 @@ class PostgresStore(PostgresMemories):
 
     async def list_sessions(self, page: Page, where: SessionFilter) -> list[SessionRow]:
         """A filtered page in id order."""
-        clause, args = q.session_where(where, *q.page_where(page))
+        clause, args = q.session_where(where, *page_where(page, "%s"))
         async with self.pool.connection() as conn:
             rows = await q.fetchall(
                 conn,
                 f"SELECT {q.SESSION_COLUMNS} FROM sessions WHERE TRUE {clause} "
-                f"ORDER BY id {q.direction(page)} LIMIT %s",
+                f"ORDER BY id {direction(page)} LIMIT %s",
                 (*args, page.limit + 1),
             )
         return [q.to_session(r) for r in rows]

@@ -16,7 +16,8 @@ from corral.errors import Conflict, LeaseLost, NotFound
 from corral.session.log import EventQuery, Fence, SessionSummary, StoredEvent
 from corral.session.projection import CallBook, project, referenced_calls
 from corral.store import postgres_calls
-from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
+from corral.store.base import EventCheck, Resource, SessionFilter, SessionRow
+from corral.store.sql_filters import session_columns_where
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
 Conn = AsyncConnection[TupleRow]
@@ -320,42 +321,9 @@ async def put_agent_version(conn: Conn, agent: Resource, expected_version: int |
     )
 
 
-def page_where(page: Page) -> tuple[str, list[Any]]:
-    """` AND …` clauses (cursor, archived, created bounds) over id/created_at/archived_at."""
-    clauses: list[str] = []
-    args: list[Any] = []
-    if page.after_id is not None:
-        clauses.append(f"id {'<' if page.order == 'desc' else '>'} %s")
-        args.append(page.after_id)
-    if not page.include_archived:
-        clauses.append("archived_at IS NULL")
-    for op, value in (
-        (">", page.created_gt),
-        (">=", page.created_gte),
-        ("<", page.created_lt),
-        ("<=", page.created_lte),
-    ):
-        if value is not None:
-            clauses.append(f"created_at {op} %s")
-            args.append(value)
-    return "".join(f" AND {c}" for c in clauses), args
-
-
 def session_where(where: SessionFilter, clause: str, args: list[Any]) -> tuple[str, list[Any]]:
-    """Extend `page_where`'s clauses with `sessions.list` filters."""
-    if where.parent_id is None:
-        clause += " AND parent_id IS NULL"
-    else:
-        clause += " AND parent_id = %s"
-        args.append(where.parent_id)
-    for column, value in (
-        ("agent_id", where.agent_id),
-        ("agent_version", where.agent_version),
-        ("environment_id", where.environment_id),
-    ):
-        if value is not None:
-            clause += f" AND {column} = %s"
-            args.append(value)
+    """Extend `page_where`'s clauses with every `sessions.list` filter (PostgreSQL's JSON)."""
+    clause, args = session_columns_where(where, clause, args, "%s")
     if where.memory_store_id is not None:
         clause += (
             " AND EXISTS (SELECT 1 FROM json_array_elements(CASE WHEN "
@@ -368,11 +336,6 @@ def session_where(where: SessionFilter, clause: str, args: list[Any]) -> tuple[s
         clause += " AND status = ANY(%s)"
         args.append(list(where.statuses))
     return clause, args
-
-
-def direction(page: Page) -> str:
-    """SQL sort direction of a page."""
-    return "DESC" if page.order == "desc" else "ASC"
 
 
 def to_resource(row: Sequence[Any]) -> Resource:

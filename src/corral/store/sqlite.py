@@ -35,6 +35,7 @@ from corral.session.projection import (
 from corral.session.queue import QueueStatus
 from corral.store import sqlite_calls
 from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
+from corral.store.sql_filters import direction, page_where
 from corral.store.sqlite_db import SqliteDatabase
 from corral.store.sqlite_memory import SqliteMemories
 from corral.store.sqlite_sql import (
@@ -43,9 +44,7 @@ from corral.store.sqlite_sql import (
     Heads,
     append_events,
     claim_work,
-    direction,
     mark_pending,
-    page_where,
     put_agent_version,
     read_events,
     session_where,
@@ -331,7 +330,7 @@ class SqliteStore(SqliteMemories):
         """A page in id order."""
 
         def run(conn: sqlite3.Connection) -> list[Resource]:
-            where, args = page_where(page, "id", "created_at", "archived_at")
+            where, args = page_where(page, "?")
             sql = (
                 "SELECT id, kind, created_at, archived_at, body FROM resources "
                 f"WHERE kind = ? {where} ORDER BY id {direction(page)} LIMIT ?"
@@ -454,7 +453,7 @@ class SqliteStore(SqliteMemories):
         """A filtered page in id order."""
 
         def run(conn: sqlite3.Connection) -> list[SessionRow]:
-            clause, args = page_where(page, "id", "created_at", "archived_at")
+            clause, args = page_where(page, "?")
             clause, args = session_where(where, clause, args)
             rows = conn.execute(
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE 1=1 {clause} "

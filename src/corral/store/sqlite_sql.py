@@ -26,7 +26,8 @@ from corral.session.projection import (
     touches_summary,
 )
 from corral.store import sqlite_calls
-from corral.store.base import EventCheck, Page, Resource, SessionFilter, SessionRow
+from corral.store.base import EventCheck, Resource, SessionFilter, SessionRow
+from corral.store.sql_filters import session_columns_where
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
 SESSION_COLUMNS = (
@@ -357,43 +358,9 @@ def read_events(conn: sqlite3.Connection, session_id: str, query: EventQuery) ->
     ]
 
 
-def page_where(
-    page: Page, id_col: str, created_col: str, archived_col: str
-) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    args: list[Any] = []
-    if page.after_id is not None:
-        clauses.append(f"{id_col} {'<' if page.order == 'desc' else '>'} ?")
-        args.append(page.after_id)
-    if not page.include_archived:
-        clauses.append(f"{archived_col} IS NULL")
-    for op, value in (
-        (">", page.created_gt),
-        (">=", page.created_gte),
-        ("<", page.created_lt),
-        ("<=", page.created_lte),
-    ):
-        if value is not None:
-            clauses.append(f"{created_col} {op} ?")
-            args.append(value)
-    return "".join(f" AND {c}" for c in clauses), args
-
-
 def session_where(where: SessionFilter, clause: str, args: list[Any]) -> tuple[str, list[Any]]:
-    if where.parent_id is None:
-        clause += " AND parent_id IS NULL"
-    else:
-        clause += " AND parent_id = ?"
-        args.append(where.parent_id)
-    if where.agent_id is not None:
-        clause += " AND agent_id = ?"
-        args.append(where.agent_id)
-    if where.agent_version is not None:
-        clause += " AND agent_version = ?"
-        args.append(where.agent_version)
-    if where.environment_id is not None:
-        clause += " AND environment_id = ?"
-        args.append(where.environment_id)
+    """Extend `page_where`'s clauses with every `sessions.list` filter (SQLite's JSON)."""
+    clause, args = session_columns_where(where, clause, args, "?")
     if where.memory_store_id is not None:
         clause += (
             " AND EXISTS (SELECT 1 FROM json_each(body, '$.resources') AS r WHERE "
@@ -405,10 +372,6 @@ def session_where(where: SessionFilter, clause: str, args: list[Any]) -> tuple[s
         clause += f" AND status IN ({','.join('?' * len(where.statuses))})"
         args.extend(where.statuses)
     return clause, args
-
-
-def direction(page: Page) -> str:
-    return "DESC" if page.order == "desc" else "ASC"
 
 
 def to_resource(row: Sequence[Any]) -> Resource:
