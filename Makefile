@@ -59,7 +59,7 @@ dist: uv
 
 # PYTEST_ARGS narrows or extends the run, e.g. `make test PYTEST_ARGS=tests/console`.
 test: install browser
-	$(UV) run pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	CORRAL_TEST_UV='$(UV)' $(UV) run pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint:
 	$(UV) run ruff check src tests bench
