@@ -77,12 +77,20 @@ def _reading(libc: ctypes.CDLL, sqlite: ctypes.CDLL | None, start: float) -> dic
     info = libc.mallinfo2()
 
     with open("/proc/self/status") as status:
-        rss_kib = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+        kib = {
+            name: int(rest.split()[0])
+            for name, _, rest in (line.partition(":") for line in status)
+            if name in ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+        }
+    rss_kib = kib["VmRSS"]
     mib = 2**20
     traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
     return {
         "t": time.monotonic() - start,
         "rss": rss_kib / 1024,
+        "rss_anon": kib.get("RssAnon", 0) / 1024,
+        "rss_file": kib.get("RssFile", 0) / 1024,
+        "rss_shmem": kib.get("RssShmem", 0) / 1024,
         "py_traced": traced / mib,
         "py_blocks_k": sys.getallocatedblocks() / 1000,
         "sqlite_memory": (sqlite.sqlite3_memory_used() / mib) if sqlite else -1,

@@ -34,7 +34,13 @@ from corral.cli_options import (
 from corral.config import Settings, ensure_api_keys
 from corral.observability.logs import fields, setup_logging
 from corral.preflight import reported
-from corral.serving import serve_async, signal_free_server, traced, tune_gc
+from corral.serving import (
+    return_free_memory,
+    serve_async,
+    signal_free_server,
+    traced,
+    tune_gc,
+)
 from corral.settings.model import early_log_level
 from corral.stopping import watch_signals
 
@@ -136,6 +142,7 @@ async def worker_async(
         async with anyio.create_task_group() as tg:
             # SIGTERM: brains finish their step and hand over, then `run` returns
             tg.start_soon(watch_signals, runtime.stopping)
+            tg.start_soon(return_free_memory)
             if metrics is not None:
                 tg.start_soon(_serve_metrics, runtime, metrics)
             await runtime.scheduler.run()  # brains, and the tick keeping sandboxes with sessions

@@ -6,6 +6,7 @@ the demo, so both can import it without importing each other.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import math
 import socket
@@ -114,6 +115,7 @@ async def serve_async(
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(watch_signals, runtime.stopping, stop_serving)
+                tg.start_soon(return_free_memory)
                 await server.serve(sockets=[listener])
                 tg.cancel_scope.cancel()
 
@@ -124,3 +126,35 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()  # everything alive after start-up is permanent: never scan it again
     gc.set_threshold(20_000, 20, 50)
+
+
+TRIM_EVERY_SECONDS = 60.0
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, or None (another C library, or none found)."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim  # type: ignore[no-any-return]
+
+
+async def return_free_memory(every: float = TRIM_EVERY_SECONDS) -> None:
+    """Give memory glibc holds free back to the OS, once a minute, for as long as it runs.
+
+    Each thread that allocates (SQLite's readers and writer, anyio's worker threads) gets a
+    malloc arena of its own, and glibc returns an arena's free memory only from its top: in
+    the soak (`bench/soak.py`) the arenas' free-but-kept memory grew 3.5 -> 16.7 MiB in 24
+    minutes while the memory in use stayed at ~22 MiB. `malloc_trim(0)` releases every free
+    whole page of every arena (a few ms, on a worker thread).
+    """
+    trim = _malloc_trim()
+    if trim is None:
+        return
+    while True:
+        await anyio.sleep(every)
+        await anyio.to_thread.run_sync(trim, 0)
