@@ -140,7 +140,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
-    return trim  # type: ignore[no-any-return]
+    return trim
 
 
 async def return_free_memory(every: float = TRIM_EVERY_SECONDS) -> None:
