@@ -17,7 +17,6 @@ import anyio
 from corral.brain.mcp import McpToolsets
 from corral.brain.memo import Memo
 from corral.brain.run import BrainDeps, BrainSettings
-from corral.brain.sandboxes import SandboxPool, Standings
 from corral.brain.scheduler import Scheduler
 from corral.config import Settings
 from corral.errors import HandsError
@@ -26,6 +25,7 @@ from corral.files.outputs import OutputCollector, OutputLimits
 from corral.files.service import FileService
 from corral.hands.base import SKILLS_DIR, Limits, Mount, Networking, Repository, SandboxRecipe
 from corral.hands.layers import LayerBuilder, PackageSpec, layer_env, layer_mount
+from corral.hands.pool import SandboxPool, Standings
 from corral.hands.repositories import RepositoryCheckouts, RepositoryFailure
 from corral.hands.workspaces import SessionDirs
 from corral.mcp.client import McpClient

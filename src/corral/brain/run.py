@@ -20,12 +20,12 @@ from corral.brain.context import Transcript, system_prompt, tool_definitions
 from corral.brain.mcp import McpToolsets
 from corral.brain.memo import Folded, Memo
 from corral.brain.outage import LostWrites
-from corral.brain.sandboxes import SandboxPool
 from corral.brain.state import SessionState, apply
 from corral.brain.telemetry import RunTelemetry
 from corral.brain.threads import transcript_view
 from corral.brain.window import estimate_tokens, result_cap
 from corral.context_window import ContextPolicy
+from corral.hands.pool import SandboxPool
 from corral.models.base import ModelClient
 from corral.pricing import Price
 from corral.session.log import (
