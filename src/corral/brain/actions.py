@@ -42,6 +42,7 @@ from corral.brain.web_search import run_web_search
 from corral.errors import NotFound
 from corral.models.base import ModelError, ModelRequest, ModelResponse, ModelUsage
 from corral.tools.resolve import custom_tools, enabled_builtins
+from corral.wire.events import Permission
 
 INTERRUPTED_OUTCOME_UNKNOWN = (
     "The tool call was interrupted (the agent runtime restarted while it ran); its outcome "
@@ -307,7 +308,7 @@ def _tool_use_event(
         )
         return use, refusal
     policy = str((config.get("permission_policy") or {}).get("type", "always_allow"))
-    permission = "ask" if policy == "always_ask" else "allow"
+    permission: Permission = "ask" if policy == "always_ask" else "allow"
     use = ev.event(
         "agent.tool_use",
         name=name,
