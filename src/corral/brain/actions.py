@@ -25,19 +25,14 @@ from corral.brain.decide import (
     StopAtBudget,
     StopAtCompactionLimit,
 )
-from corral.brain.mcp import mcp_use_event, offer_for, run_mcp_tool
+from corral.brain.mcp import mcp_use_event
+from corral.brain.mcp_calls import offer_for, run_mcp_tool
 from corral.brain.remote import answer_lost, request_action
 from corral.brain.run import Run
 from corral.brain.state import ToolCall
 from corral.brain.stream import stream_response
-from corral.brain.threads import (
-    Relay,
-    is_thread_tool,
-    relay,
-    run_thread_tool,
-    thread_tool_use,
-    with_thread_tools,
-)
+from corral.brain.thread_calls import relay, run_thread_tool
+from corral.brain.threads import Relay, is_thread_tool, thread_tool_use, with_thread_tools
 from corral.brain.web_search import run_web_search
 from corral.errors import NotFound
 from corral.models.base import ModelError, ModelRequest, ModelResponse, ModelUsage
