@@ -3,7 +3,7 @@ model call), logging before and after it, then returns to `decide`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
 from corral.brain import compaction, retry
 from corral.brain import events as ev
@@ -69,6 +69,8 @@ async def act(run: Run, action: Action) -> None:
             await relay(run)
         case Halt():
             pass
+        case _:
+            assert_never(action)  # a new action without its case fails the type check
 
 
 async def close_turn(
@@ -82,6 +84,8 @@ async def close_turn(
             await compaction.stop_at_limit(run)
         case HandleInterrupt() | FinishTurn():
             await run.append(ev.status_idle("end_turn"))
+        case _:
+            assert_never(action)
 
 
 def _going_running(run: Run) -> list[dict[str, Any]]:
