@@ -3,6 +3,7 @@ model call), logging before and after it, then returns to `decide`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, assert_never
 
 from corral.brain import compaction, retry
@@ -31,9 +32,10 @@ from corral.brain.remote import answer_lost, request_action
 from corral.brain.run import Run
 from corral.brain.state import ToolCall
 from corral.brain.stream import stream_response
-from corral.brain.thread_calls import relay, run_thread_tool
-from corral.brain.threads import Relay, is_thread_tool, thread_tool_use, with_thread_tools
-from corral.brain.web_search import run_web_search
+from corral.brain.thread_calls import ThreadTools, relay
+from corral.brain.threads import Relay
+from corral.brain.tool_provider import ToolProvider
+from corral.brain.web_search import WebSearchTools
 from corral.errors import NotFound
 from corral.models.base import ModelError, ModelRequest, ModelResponse, ModelUsage
 from corral.tools.resolve import custom_tools, enabled_builtins
@@ -71,6 +73,31 @@ async def act(run: Run, action: Action) -> None:
             pass
         case _:
             assert_never(action)  # a new action without its case fails the type check
+
+
+BUILT_IN_FAMILIES: tuple[ToolProvider[Run], ...] = (ThreadTools(), WebSearchTools())
+"""Tool families the brain serves itself, besides the sandbox toolset, MCP and custom tools
+(`tool_provider.ToolProvider`)."""
+
+
+def families(run: Run) -> tuple[ToolProvider[Run], ...]:
+    """The tool families in lookup order: the brain's extra ones first, then the built-in."""
+    return (*run.deps.tools, *BUILT_IN_FAMILIES)
+
+
+def _family_use(run: Run, name: str, tool_input: Any) -> dict[str, Any] | None:
+    """The use event a family logs for the model's call of `name`, if a family owns it."""
+    for family in families(run):
+        use = family.use_event(run.agent, name, tool_input)
+        if use is not None:
+            return use
+    return None
+
+
+def _with_family_tools(run: Run, request: ModelRequest) -> ModelRequest:
+    """`request` with every family's tool definitions for the agent added."""
+    extra = [d for family in families(run) for d in family.definitions(run.agent)]
+    return replace(request, tools=[*request.tools, *extra]) if extra else request
 
 
 async def close_turn(
@@ -129,11 +156,9 @@ async def run_tool(run: Run, call: ToolCall) -> None:
     if call.kind == "mcp":  # served by the agent's MCP server, from the brain
         await run_mcp_tool(run, call, running)
         return
-    if is_thread_tool(call):  # a coordinator's thread tool, served by the brain
-        await run_thread_tool(run, call, running)
-        return
-    if call.kind == "builtin" and call.name == "web_search":  # a provider serves it, no sandbox
-        await run_web_search(run, call, running)
+    family = next((f for f in families(run) if f.owns(call)), None)
+    if family is not None:  # served by the brain itself, no sandbox
+        await family.run(run, call, running)
         return
     sandboxes = run.deps.sandboxes
     if sandboxes is None:
@@ -201,7 +226,7 @@ async def call_model(run: Run, action: CallModel) -> None:
     skills = await _skill_lines(run, agent)
     request = offer.extend(build_request(agent, messages, model_name=model_name, skills=skills))
     request = with_memory_section(request, run.session.body)
-    request = with_thread_tools(request, agent)
+    request = _with_family_tools(run, request)
     response, error = await _attempt(run, model_name, request, since)
     if response is not None:
         await _record_response(run, start["id"], response, offer.by_name)
@@ -275,9 +300,9 @@ async def _record_response(
         ):
             out.append(mcp_use)
         elif kind == "tool_use" and (
-            thread_use := thread_tool_use(agent, str(block.get("name")), block.get("input"))
+            family_use := _family_use(run, str(block.get("name")), block.get("input"))
         ):
-            out.append(thread_use)
+            out.append(family_use)
         elif kind == "tool_use":
             use, refusal = _tool_use_event(block, builtins, customs)
             out.append(use)

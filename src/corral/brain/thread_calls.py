@@ -9,7 +9,14 @@ from typing import Any
 from corral.brain import events as ev
 from corral.brain.run import Run
 from corral.brain.state import ToolCall
-from corral.brain.threads import NOTHING_TO_WAIT_FOR, roster, wait_empty
+from corral.brain.threads import (
+    NOTHING_TO_WAIT_FOR,
+    is_thread_tool,
+    roster,
+    thread_tool_use,
+    tool_definitions,
+    wait_empty,
+)
 from corral.errors import Conflict, NotFound
 from corral.ids import now_rfc3339
 from corral.session.threads import (
@@ -143,3 +150,19 @@ async def relay(run: Run) -> None:
         if item.sent is not None:
             sent.append(item.sent)
     await run.append(*sent, ev.event("corral.relayed", seq=ts.outbox[-1].seq))
+
+
+class ThreadTools:
+    """The coordinator's thread tools as a tool family (`tool_provider.ToolProvider`)."""
+
+    def definitions(self, agent: dict[str, Any]) -> list[dict[str, Any]]:
+        return tool_definitions(agent)
+
+    def use_event(self, agent: dict[str, Any], name: str, tool_input: Any) -> dict[str, Any] | None:
+        return thread_tool_use(agent, name, tool_input)
+
+    def owns(self, call: ToolCall) -> bool:
+        return is_thread_tool(call)
+
+    async def run(self, run: Run, call: ToolCall, running: list[dict[str, Any]]) -> None:
+        await run_thread_tool(run, call, running)

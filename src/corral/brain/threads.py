@@ -21,11 +21,10 @@ beyond a session:
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from corral.brain import events as ev
-from corral.models.base import ModelRequest
 from corral.session.threads import (
     SEND_TOOL,
     START_TOOL,
@@ -370,9 +369,3 @@ def tool_definitions(agent: dict[str, Any]) -> list[dict[str, Any]]:
             "input_schema": {"type": "object", "properties": {}},
         },
     ]
-
-
-def with_thread_tools(request: ModelRequest, agent: dict[str, Any]) -> ModelRequest:
-    """`request` with a coordinator's thread tools added."""
-    tools = tool_definitions(agent)
-    return replace(request, tools=[*request.tools, *tools]) if tools else request
