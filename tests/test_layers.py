@@ -83,8 +83,8 @@ FORBIDDEN = {
 # package -> for a corral package it may use only in part, the only modules it may import
 ONLY = {
     # `corral hands` talks to the server over HTTP: of the server side it may use the sandbox
-    # pool and the skill-archive reader, nothing that reads or writes the store.
-    "selfhosted": {"brain": {"brain.sandboxes"}, "service": {"service.skill_bundle"}},
+    # skill-archive reader (the sandbox pool is in hands), nothing that reads or writes the store.
+    "selfhosted": {"brain": set(), "service": {"service.skill_bundle"}},
 }
 
 

@@ -4,10 +4,12 @@
     ├── ApiError(status, type, message, error_code)      -> {"type":"error","error":{...}}
     │   ├── BadRequest          400 invalid_request_error
     │   ├── Unauthorized        401 authentication_error
+    │   ├── Forbidden           403 permission_error
     │   ├── NotFound            404 not_found_error
     │   ├── Conflict            409 conflict_error
     │   │   ├── MemoryPreconditionFailed  409 memory_precondition_failed_error
     │   │   └── MemoryPathConflict        409 memory_path_conflict_error
+    │   ├── PreconditionFailed  412 invalid_request_error (a stale view of a work lease)
     │   ├── PayloadTooLarge     413 request_too_large
     │   ├── StoreUnavailable    503 api_error (store unreachable or past its time bound)
     │   └── StorageFailure      the store cannot write: the operator must act
@@ -102,6 +104,20 @@ class MemoryPathConflict(Conflict):
     """Another memory of the store already has the requested path."""
 
     type = "memory_path_conflict_error"
+
+
+class Forbidden(ApiError):
+    """403: a valid credential asked for something outside its scope."""
+
+    status = 403
+    type = "permission_error"
+
+
+class PreconditionFailed(ApiError):
+    """412: the caller's view of a work lease is stale (another worker may hold it)."""
+
+    status = 412
+    type = "invalid_request_error"
 
 
 class PayloadTooLarge(ApiError):

@@ -7,7 +7,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -17,7 +17,6 @@ import anyio
 from corral.brain.mcp import McpToolsets
 from corral.brain.memo import Memo
 from corral.brain.run import BrainDeps, BrainSettings
-from corral.brain.sandboxes import SandboxPool, Standings
 from corral.brain.scheduler import Scheduler
 from corral.config import Settings
 from corral.errors import HandsError
@@ -26,6 +25,7 @@ from corral.files.outputs import OutputCollector, OutputLimits
 from corral.files.service import FileService
 from corral.hands.base import SKILLS_DIR, Limits, Mount, Networking, Repository, SandboxRecipe
 from corral.hands.layers import LayerBuilder, PackageSpec, layer_env, layer_mount
+from corral.hands.pool import SandboxPool, Standings
 from corral.hands.repositories import RepositoryCheckouts, RepositoryFailure
 from corral.hands.workspaces import SessionDirs
 from corral.mcp.client import McpClient
@@ -109,9 +109,21 @@ def _scripted_model() -> ModelClient:
 async def open_runtime(settings: Settings, *, vault_check: bool = True) -> AsyncIterator[Runtime]:
     """Open the store and wire everything; closes it all on exit.
 
-    With `vault_check`, refuses to start (`StartupError`) when the configured vault keys do
-    not open the stored credentials (see `preflight.check_vault_key`).
+    Everything opened is closed, in reverse order, even when wiring fails half-way or one
+    close raises (the others still run). With `vault_check`, refuses to start
+    (`StartupError`) when the configured vault keys do not open the stored credentials (see
+    `preflight.check_vault_key`).
     """
+    closing = AsyncExitStack()
+    try:
+        yield await _wire(settings, closing, vault_check=vault_check)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await closing.aclose()
+
+
+async def _wire(settings: Settings, closing: AsyncExitStack, *, vault_check: bool) -> Runtime:
+    """Open and connect every part, registering each one's close on `closing` as it opens."""
     from corral.hands._uids import UidRange
     from corral.hands.local import LocalHands
 
@@ -120,12 +132,9 @@ async def open_runtime(settings: Settings, *, vault_check: bool = True) -> Async
     keyring = loaded.keyring
     store = open_store(settings)
     await store.open()
+    closing.push_async_callback(store.aclose)
     if vault_check:
-        try:
-            await check_vault_key(store, keyring, key_source(settings, loaded))
-        except BaseException:
-            await store.aclose()
-            raise
+        await check_vault_key(store, keyring, key_source(settings, loaded))
     work_items = work_items_for(store)
     vault_secrets = VaultSecrets(store, keyring)
     egress_credentials = EgressCredentials(vault_secrets, settings.data_dir)
@@ -135,12 +144,15 @@ async def open_runtime(settings: Settings, *, vault_check: bool = True) -> Async
         scripted_factory=_scripted_model,
         stall_timeout=settings.model_stall_timeout_seconds,
     )
+    closing.push_async_callback(models.aclose)
     blobs = LocalBlobStore(settings.data_dir / "blobs")
     files = FileService(store, blobs, max_bytes=settings.max_file_bytes)
     skills = SkillService(
         store, blobs, settings.data_dir / "skills", anthropic=settings.anthropic_skills
     )
     web_search = _web_search(settings)
+    if web_search is not None:
+        closing.push_async_callback(web_search.aclose)
     agents = AgentService(
         store,
         model_check=models.route_for,
@@ -186,7 +198,8 @@ async def open_runtime(settings: Settings, *, vault_check: bool = True) -> Async
         ),
     )
 
-    memory_mounts = MemoryMounts(MemoryStoreService(store), settings.data_dir / "sessions")
+    memory_stores = MemoryStoreService(store)
+    memory_mounts = MemoryMounts(memory_stores, settings.data_dir / "sessions")
 
     async def collect_outputs(recipe: SandboxRecipe) -> list[str]:
         """After each call; returns notes on refused outputs and on memory the agent wrote
@@ -213,6 +226,7 @@ async def open_runtime(settings: Settings, *, vault_check: bool = True) -> Async
         after_execute=collect_outputs,
         prepare=clone_repositories,
     )
+    closing.push_async_callback(sandboxes.aclose)
     # MCP servers and their token endpoints are fetched under the operator's address rules.
     mcp_client = McpClient(vault_secrets, server_policy(settings.egress_allow_private))
     stopping = Stopping(settings.shutdown_grace_seconds)
@@ -236,7 +250,6 @@ async def open_runtime(settings: Settings, *, vault_check: bool = True) -> Async
             work_ttl_seconds=settings.work_ttl_seconds,
         ),
     )
-    memory_stores = MemoryStoreService(store)
     sessions.resources.memory = MemoryResources(memory_stores)
     events = EventService(store, sessions)
     threads = ThreadService(store, sessions, events)
@@ -260,15 +273,7 @@ async def open_runtime(settings: Settings, *, vault_check: bool = True) -> Async
         work=WorkService(store, work_items, ttl_seconds=settings.work_ttl_seconds),
         stopping=stopping,
     )
-    try:
-        yield runtime
-    finally:
-        with anyio.CancelScope(shield=True):
-            await sandboxes.aclose()
-            await models.aclose()
-            if web_search is not None:
-                await web_search.aclose()
-            await store.aclose()
+    return runtime
 
 
 DATA_SUBDIRS = ("sessions", "sandboxes", "blobs", "skills", "layers")

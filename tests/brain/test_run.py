@@ -15,9 +15,9 @@ from corral.brain.context import build_messages
 from corral.brain.decide import CallModel, HandleInterrupt, decide
 from corral.brain.loop import drive
 from corral.brain.run import BrainDeps, BrainSettings, Run
-from corral.brain.sandboxes import SandboxPool
 from corral.brain.state import fold
 from corral.hands.base import SandboxRecipe, ToolOutput
+from corral.hands.pool import SandboxPool
 from corral.hands.scripted import Handler, ScriptedHands
 from corral.ids import new_id
 from corral.models.base import (

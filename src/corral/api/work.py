@@ -9,10 +9,9 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from corral.api.http import json_route, query_int, read_json
-from corral.errors import ApiError, BadRequest, Unauthorized
+from corral.errors import ApiError, BadRequest, Forbidden, Unauthorized
 from corral.service.work import (
     EnvironmentPrincipal,
-    Forbidden,
     Principal,
     SessionPrincipal,
     WorkService,

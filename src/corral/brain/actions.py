@@ -3,7 +3,8 @@ model call), logging before and after it, then returns to `decide`."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import Any, assert_never
 
 from corral.brain import compaction, retry
 from corral.brain import events as ev
@@ -25,23 +26,20 @@ from corral.brain.decide import (
     StopAtBudget,
     StopAtCompactionLimit,
 )
-from corral.brain.mcp import mcp_use_event, offer_for, run_mcp_tool
+from corral.brain.mcp import mcp_use_event
+from corral.brain.mcp_calls import offer_for, run_mcp_tool
 from corral.brain.remote import answer_lost, request_action
 from corral.brain.run import Run
 from corral.brain.state import ToolCall
 from corral.brain.stream import stream_response
-from corral.brain.threads import (
-    Relay,
-    is_thread_tool,
-    relay,
-    run_thread_tool,
-    thread_tool_use,
-    with_thread_tools,
-)
-from corral.brain.web_search import run_web_search
+from corral.brain.thread_calls import ThreadTools, relay
+from corral.brain.threads import Relay
+from corral.brain.tool_provider import ToolProvider
+from corral.brain.web_search import WebSearchTools
 from corral.errors import NotFound
 from corral.models.base import ModelError, ModelRequest, ModelResponse, ModelUsage
 from corral.tools.resolve import custom_tools, enabled_builtins
+from corral.wire.events import Permission
 
 INTERRUPTED_OUTCOME_UNKNOWN = (
     "The tool call was interrupted (the agent runtime restarted while it ran); its outcome "
@@ -73,6 +71,33 @@ async def act(run: Run, action: Action) -> None:
             await relay(run)
         case Halt():
             pass
+        case _:
+            assert_never(action)  # a new action without its case fails the type check
+
+
+BUILT_IN_FAMILIES: tuple[ToolProvider[Run], ...] = (ThreadTools(), WebSearchTools())
+"""Tool families the brain serves itself, besides the sandbox toolset, MCP and custom tools
+(`tool_provider.ToolProvider`)."""
+
+
+def families(run: Run) -> tuple[ToolProvider[Run], ...]:
+    """The tool families in lookup order: the brain's extra ones first, then the built-in."""
+    return (*run.deps.tools, *BUILT_IN_FAMILIES)
+
+
+def _family_use(run: Run, name: str, tool_input: Any) -> dict[str, Any] | None:
+    """The use event a family logs for the model's call of `name`, if a family owns it."""
+    for family in families(run):
+        use = family.use_event(run.agent, name, tool_input)
+        if use is not None:
+            return use
+    return None
+
+
+def _with_family_tools(run: Run, request: ModelRequest) -> ModelRequest:
+    """`request` with every family's tool definitions for the agent added."""
+    extra = [d for family in families(run) for d in family.definitions(run.agent)]
+    return replace(request, tools=[*request.tools, *extra]) if extra else request
 
 
 async def close_turn(
@@ -86,6 +111,8 @@ async def close_turn(
             await compaction.stop_at_limit(run)
         case HandleInterrupt() | FinishTurn():
             await run.append(ev.status_idle("end_turn"))
+        case _:
+            assert_never(action)
 
 
 def _going_running(run: Run) -> list[dict[str, Any]]:
@@ -129,11 +156,9 @@ async def run_tool(run: Run, call: ToolCall) -> None:
     if call.kind == "mcp":  # served by the agent's MCP server, from the brain
         await run_mcp_tool(run, call, running)
         return
-    if is_thread_tool(call):  # a coordinator's thread tool, served by the brain
-        await run_thread_tool(run, call, running)
-        return
-    if call.kind == "builtin" and call.name == "web_search":  # a provider serves it, no sandbox
-        await run_web_search(run, call, running)
+    family = next((f for f in families(run) if f.owns(call)), None)
+    if family is not None:  # served by the brain itself, no sandbox
+        await family.run(run, call, running)
         return
     sandboxes = run.deps.sandboxes
     if sandboxes is None:
@@ -201,7 +226,7 @@ async def call_model(run: Run, action: CallModel) -> None:
     skills = await _skill_lines(run, agent)
     request = offer.extend(build_request(agent, messages, model_name=model_name, skills=skills))
     request = with_memory_section(request, run.session.body)
-    request = with_thread_tools(request, agent)
+    request = _with_family_tools(run, request)
     response, error = await _attempt(run, model_name, request, since)
     if response is not None:
         await _record_response(run, start["id"], response, offer.by_name)
@@ -275,9 +300,9 @@ async def _record_response(
         ):
             out.append(mcp_use)
         elif kind == "tool_use" and (
-            thread_use := thread_tool_use(agent, str(block.get("name")), block.get("input"))
+            family_use := _family_use(run, str(block.get("name")), block.get("input"))
         ):
-            out.append(thread_use)
+            out.append(family_use)
         elif kind == "tool_use":
             use, refusal = _tool_use_event(block, builtins, customs)
             out.append(use)
@@ -307,7 +332,7 @@ def _tool_use_event(
         )
         return use, refusal
     policy = str((config.get("permission_policy") or {}).get("type", "always_allow"))
-    permission = "ask" if policy == "always_ask" else "allow"
+    permission: Permission = "ask" if policy == "always_ask" else "allow"
     use = ev.event(
         "agent.tool_use",
         name=name,

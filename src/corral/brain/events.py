@@ -1,12 +1,15 @@
-"""Constructors for the events a brain appends (wire bodies); pure."""
+"""Constructors for the events a brain appends (wire bodies); pure. `event` itself, typed per
+event type, is generated (`event_builder.py`)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from corral.ids import new_id, now_rfc3339
+from corral.brain.event_builder import UnknownEventField, event
 from corral.models.base import ModelError, ModelUsage
-from corral.wire.events import LOG_FORMAT_VERSION, LogEventType, StopType
+from corral.wire.events import LOG_FORMAT_VERSION, StopType
+
+__all__ = ["UnknownEventField", "event"]
 
 _ERROR_TYPES = {
     "overloaded": "model_overloaded_error",
@@ -15,16 +18,6 @@ _ERROR_TYPES = {
     "invalid_request": "model_request_failed_error",
     "authentication": "model_request_failed_error",
 }
-
-
-def event(kind: LogEventType, **fields: Any) -> dict[str, Any]:
-    """A new server event with a fresh id."""
-    return {
-        "id": fields.pop("id", None) or new_id("sevt"),
-        "type": kind,
-        "processed_at": now_rfc3339(),
-        **fields,
-    }
 
 
 def status_idle(stop_type: StopType, event_ids: tuple[str, ...] = ()) -> dict[str, Any]:

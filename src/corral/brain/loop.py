@@ -10,9 +10,9 @@ import anyio
 from corral.brain import events as ev
 from corral.brain.actions import act
 from corral.brain.decide import Halt, decide
-from corral.brain.outage import report_lost_writes
+from corral.brain.outage import LOST_RESULT, LostWrites
 from corral.brain.run import BrainDeps, Run
-from corral.errors import LeaseLost, StorageFailure
+from corral.errors import DiskFull, LeaseLost, StorageFailure
 from corral.session.log import Fence
 
 log = logging.getLogger("corral.brain")
@@ -136,3 +136,45 @@ async def _heartbeat(deps: BrainDeps, fence: Fence, scope: anyio.CancelScope) ->
             log.warning("lease on %s was lost; stopping this brain", fence.session_id)
             scope.cancel()
             return
+
+
+async def report_lost_writes(run: Run, lost: LostWrites) -> None:
+    """Record the storage failure that stopped this session's last turn, if one did.
+
+    Raises (and keeps the failure to report) when the store still cannot write.
+    """
+    session_id = run.fence.session_id
+    remembered = lost.peek(session_id)
+    if remembered is None:
+        return
+    failure, turn = remembered
+    state = await run.refresh()
+    # Another process may have run the session meanwhile (PostgreSQL): only the very turn
+    # that stopped is ended, never a later one.
+    if state.status in ("running", "rescheduling") and state.last_close_seq == turn:
+        cause = failure.message
+        results = [
+            ev.call_result(
+                call.event_id,
+                call.kind,
+                ev.text_content(LOST_RESULT.format(cause=cause)),
+                is_error=True,
+            )
+            for call in state.unresolved()
+            if state.started(call)
+        ]
+        advice = (
+            "send the message again once space is freed"
+            if isinstance(failure, DiskFull)
+            else "send the message again"
+        )
+        await run.append(
+            *results,
+            ev.session_error(
+                "unknown_error",
+                f"the turn stopped because the server could not write its log: {cause}; {advice}",
+                "exhausted",
+            ),
+            ev.status_idle("retries_exhausted"),
+        )
+    lost.forget(session_id)

@@ -1,4 +1,5 @@
-"""MCP toolsets in the brain: which MCP tools a model request offers, and running one call.
+"""MCP toolsets in the brain: which MCP tools a model request offers, and their events (the
+actions on a run are in `mcp_calls.py`).
 
 Discovery. Before a model call, each of the agent's MCP servers is asked `tools/list` (through
 `corral.mcp.client`, with the session's vault credential); the result is cached per session in
@@ -23,21 +24,17 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 
 from corral.brain import events as ev
-from corral.brain.state import ToolCall
 from corral.mcp.client import CallOutcome, McpClient, McpFailure, McpTool, ServerRef
 from corral.models.base import ModelRequest
 from corral.observability.tracing import span
 from corral.tools.mcp_names import mcp_tool_name
 from corral.tools.resolve import mcp_tool_config, mcp_toolsets
-
-if TYPE_CHECKING:
-    from corral.brain.run import Run
 
 log = logging.getLogger("corral.mcp")
 _SESSIONS = 256
@@ -254,58 +251,3 @@ def _add_tools(offer: Offer, server: str, toolset: dict[str, Any], tools: list[M
         offer.tools.append(
             {"name": name, "description": description, "input_schema": tool.input_schema}
         )
-
-
-async def session_view(run: Run) -> SessionView:
-    """The session as MCP needs it (the environment read now: networking may change)."""
-    env = await run.deps.store.get_resource("environment", run.session.environment_id)
-    # Fail closed: a deleted environment's networking is unknown, so it reaches no server.
-    networking = (env.body.get("config") or {}).get("networking") if env else None
-    return SessionView(
-        session_id=run.fence.session_id,
-        agent=run.agent,
-        vault_ids=tuple(run.session.body.get("vault_ids") or ()),
-        networking=(networking or {"type": "unrestricted"}) if env else {"type": "limited"},
-        turn=run.state.last_close_seq,
-    )
-
-
-async def offer_for(run: Run, since: int) -> Offer | None:
-    """The MCP part of the next request; None if an interrupt came while servers were listed."""
-    toolsets = run.deps.mcp
-    if toolsets is None or not run.agent.get("mcp_servers"):
-        return Offer()
-    view = await session_view(run)
-    offer, interrupted = await run.until_interrupt(lambda: toolsets.offer(view), after=since)
-    return None if interrupted or offer is None else offer
-
-
-async def run_mcp_tool(run: Run, call: ToolCall, running: list[dict[str, Any]]) -> None:
-    """Log the start, call the MCP server, log `agent.mcp_tool_result` (and a `session.error`
-    naming the server if it could not be used). Like built-in tools, the start marker is
-    durable before the call, so a crash mid-call is reported, never re-run."""
-    since = run.state.last_seq
-    toolsets = run.deps.mcp
-    if toolsets is None:
-        text = ev.text_content("MCP toolsets are not available on this server.")
-        await run.append(*running, ev.mcp_tool_result(call.event_id, text, is_error=True))
-        return
-    view = await session_view(run)
-    await run.append(*running, ev.tool_started(call.event_id))
-
-    async def work() -> CallOutcome | McpFailure:
-        return await toolsets.call(view, call.server, call.name, call.input)
-
-    outcome, _ = await run.until_interrupt(work, after=since)
-    if outcome is None:
-        text = ev.text_content("Interrupted by the user before the tool finished.")
-        await run.append(ev.mcp_tool_result(call.event_id, text, is_error=True))
-    elif isinstance(outcome, McpFailure):
-        text = ev.text_content(f"The tool call failed: {outcome.message}")
-        await run.append(
-            failure_event(outcome, "exhausted"),
-            ev.mcp_tool_result(call.event_id, text, is_error=True),
-        )
-    else:
-        result = ev.mcp_tool_result(call.event_id, outcome.content, is_error=outcome.is_error)
-        await run.append(result)

@@ -12,13 +12,8 @@ as any turn a restart cut short.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
-from corral.brain import events as ev
-from corral.errors import DiskFull, StorageFailure
-
-if TYPE_CHECKING:
-    from corral.brain.run import Run
+from corral.errors import StorageFailure
 
 LOST_RESULT = (
     "The tool call ran, but its result could not be recorded: {cause}. Its outcome is "
@@ -49,45 +44,3 @@ class LostWrites:
         """The failure of `session_id` was recorded (or there was no turn to end)."""
         with self._lock:
             self._failures.pop(session_id, None)
-
-
-async def report_lost_writes(run: Run, lost: LostWrites) -> None:
-    """Record the storage failure that stopped this session's last turn, if one did.
-
-    Raises (and keeps the failure to report) when the store still cannot write.
-    """
-    session_id = run.fence.session_id
-    remembered = lost.peek(session_id)
-    if remembered is None:
-        return
-    failure, turn = remembered
-    state = await run.refresh()
-    # Another process may have run the session meanwhile (PostgreSQL): only the very turn
-    # that stopped is ended, never a later one.
-    if state.status in ("running", "rescheduling") and state.last_close_seq == turn:
-        cause = failure.message
-        results = [
-            ev.call_result(
-                call.event_id,
-                call.kind,
-                ev.text_content(LOST_RESULT.format(cause=cause)),
-                is_error=True,
-            )
-            for call in state.unresolved()
-            if state.started(call)
-        ]
-        advice = (
-            "send the message again once space is freed"
-            if isinstance(failure, DiskFull)
-            else "send the message again"
-        )
-        await run.append(
-            *results,
-            ev.session_error(
-                "unknown_error",
-                f"the turn stopped because the server could not write its log: {cause}; {advice}",
-                "exhausted",
-            ),
-            ev.status_idle("retries_exhausted"),
-        )
-    lost.forget(session_id)

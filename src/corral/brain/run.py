@@ -20,12 +20,13 @@ from corral.brain.context import Transcript, system_prompt, tool_definitions
 from corral.brain.mcp import McpToolsets
 from corral.brain.memo import Folded, Memo
 from corral.brain.outage import LostWrites
-from corral.brain.sandboxes import SandboxPool
 from corral.brain.state import SessionState, apply
 from corral.brain.telemetry import RunTelemetry
 from corral.brain.threads import transcript_view
+from corral.brain.tool_provider import ToolProvider
 from corral.brain.window import estimate_tokens, result_cap
 from corral.context_window import ContextPolicy
+from corral.hands.pool import SandboxPool
 from corral.models.base import ModelClient
 from corral.pricing import Price
 from corral.session.log import (
@@ -149,6 +150,9 @@ class BrainDeps:
     """List prices (None: no cost is tracked, so budgets only ever see zero)."""
     contexts: ContextPolicies | None = None
     """Context windows (None: no session is ever compacted)."""
+    tools: tuple[ToolProvider[Run], ...] = ()
+    """Tool families beyond the built-in ones (`brain/actions.py` lists those); a family
+    listed here is looked up first, so it may also take over a built-in name."""
     memo: Memo = field(default_factory=Memo)
     lost_writes: LostWrites = field(default_factory=LostWrites)
     """Sessions whose turn a storage failure stopped, to report when the store writes again."""

@@ -9,37 +9,29 @@ beyond a session:
   parent's log, turn closes to answer as thread messages and to report as progress), and a
   coordinator's newest received thread message and its children's progress (what its wait
   tool waits for, and whether anything can still come);
-- `relay` (the `Relay` action) delivers a child's outbox to its parent's log, then logs
+- `thread_calls.relay` (the `Relay` action) delivers a child's outbox to its parent's log, then logs
   `corral.relayed` under the child's fence. Deliveries carry ids derived from the events
   they copy, so a brain that dies between the two steps and re-runs the relay is refused by
   the parent log's unique `(session_id, id)` index instead of duplicating anything;
-- `run_thread_tool` serves the coordinator's three tools. They log no start marker: each is
-  idempotent by derived ids (the thread a start call makes, the message a send call
-  delivers), so after a crash they simply run again.
+- `thread_calls.run_thread_tool` serves the coordinator's three tools. They log no start
+  marker: each is idempotent by derived ids (the thread a start call makes, the message a
+  send call delivers), so after a crash they simply run again.
 """
 
 from __future__ import annotations
 
-import contextlib
 from bisect import bisect_right
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from corral.brain import events as ev
-from corral.errors import Conflict, NotFound
-from corral.ids import now_rfc3339
-from corral.models.base import ModelRequest
 from corral.session.threads import (
-    MAX_THREADS,
     SEND_TOOL,
     START_TOOL,
     THREAD_TOOLS,
     WAIT_TOOL,
-    child_thread_id,
     derived_event_id,
-    primary_thread_id,
 )
-from corral.store.base import Page, SessionFilter, SessionRow
 from corral.wire.events import (
     AgentCustomToolUseEvent,
     AgentMcpToolUseEvent,
@@ -58,9 +50,25 @@ from corral.wire.events import (
     UserMessageEvent,
 )
 
-if TYPE_CHECKING:
-    from corral.brain.run import Run
-    from corral.brain.state import SessionState, ToolCall
+
+class SessionState(Protocol):
+    """What the thread fold reads and writes of `brain.state.SessionState` (a protocol, so
+    this module stays below the state it is part of)."""
+
+    thread: ThreadState
+    last_input_seq: int
+    last_answer_seq: int
+
+
+class ToolCall(Protocol):
+    """What the thread helpers read of a `brain.state.ToolCall`."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
 
 NOTHING_TO_WAIT_FOR = (
     "No thread is working, so there is nothing to wait for: start one with "
@@ -361,131 +369,3 @@ def tool_definitions(agent: dict[str, Any]) -> list[dict[str, Any]]:
             "input_schema": {"type": "object", "properties": {}},
         },
     ]
-
-
-def with_thread_tools(request: ModelRequest, agent: dict[str, Any]) -> ModelRequest:
-    """`request` with a coordinator's thread tools added."""
-    tools = tool_definitions(agent)
-    return replace(request, tools=[*request.tools, *tools]) if tools else request
-
-
-async def run_thread_tool(run: Run, call: ToolCall, running: list[dict[str, Any]]) -> None:
-    """Serve one thread tool call and log its result (with the events it causes)."""
-    if call.name == START_TOOL:
-        extra, text, error = await _start(run, call)
-    elif call.name == SEND_TOOL:
-        extra, text, error = await _send(run, call)
-    elif wait_empty(run.state, call):  # decide runs an empty wait only when none works
-        extra, text, error = [], NOTHING_TO_WAIT_FOR, True
-    else:
-        extra, text, error = [], "Thread message(s) arrived; they follow this result.", False
-    result = ev.tool_result(call.event_id, ev.text_content(text), is_error=error)
-    await run.append(*running, *extra, result)
-
-
-async def _start(run: Run, call: ToolCall) -> tuple[list[dict[str, Any]], str, bool]:
-    name, task = call.input.get("agent"), call.input.get("task")
-    if not isinstance(name, str) or not isinstance(task, str) or not task:
-        return [], "`agent` and `task` must be non-empty strings.", True
-    chosen = next((a for a in roster(run.agent) if name in (a.get("name"), a.get("id"))), None)
-    if chosen is None:
-        names = ", ".join(str(a.get("name")) for a in roster(run.agent))
-        return [], f"No agent named {name!r} in this roster (agents: {names}).", True
-    session = run.session
-    thread_id = child_thread_id(call.event_id)
-    children = await run.deps.store.list_sessions(
-        Page(limit=MAX_THREADS + 1), SessionFilter(parent_id=session.id)
-    )
-    if thread_id not in {c.id for c in children} and len(children) >= MAX_THREADS:
-        return [], f"thread_limit_error: at most {MAX_THREADS} threads per session.", True
-    agent_name = str(chosen.get("name"))
-    content = ev.text_content(task)
-    body = {k: v for k, v in session.body.items() if k not in ("title", "metadata", "agent")}
-    body["agent"] = chosen
-    row = SessionRow(
-        id=thread_id,
-        created_at=now_rfc3339(),
-        environment_id=session.environment_id,
-        agent_id=str(chosen["id"]),
-        agent_version=int(chosen["version"]),
-        body=body,
-        parent_id=session.id,
-    )
-    first = [
-        ev.event(
-            "corral.thread_role",
-            parent_session_id=session.id,
-            parent_thread_id=primary_thread_id(session.id),
-            thread_id=thread_id,
-            agent_name=agent_name,
-        ),
-        ev.event(
-            "agent.thread_message_received",
-            id=derived_event_id(call.event_id, "task"),
-            from_session_thread_id=primary_thread_id(session.id),
-            content=content,
-        ),
-    ]
-    with contextlib.suppress(Conflict):  # made by an earlier run of this call
-        await run.deps.store.create_session(row, first)
-    extra = [
-        ev.event("session.thread_created", session_thread_id=thread_id, agent_name=agent_name),
-        ev.event(
-            "agent.thread_message_sent",
-            to_session_thread_id=thread_id,
-            to_agent_name=agent_name,
-            content=content,
-        ),
-    ]
-    return extra, f"Started thread {thread_id} ({agent_name}).", False
-
-
-async def _send(run: Run, call: ToolCall) -> tuple[list[dict[str, Any]], str, bool]:
-    thread_id, message = call.input.get("thread_id"), call.input.get("message")
-    if not isinstance(thread_id, str) or not isinstance(message, str) or not message:
-        return [], "`thread_id` and `message` must be non-empty strings.", True
-    child = await run.deps.store.get_session(thread_id)
-    if child is None or child.parent_id != run.session.id:
-        return [], f"No thread {thread_id!r} in this session.", True
-    if child.archived_at is not None or child.summary.status == "terminated":
-        return [], f"Thread {thread_id} is archived and takes no more messages.", True
-    content = ev.text_content(message)
-    received = ev.event(
-        "agent.thread_message_received",
-        id=derived_event_id(call.event_id, "message"),
-        from_session_thread_id=primary_thread_id(run.session.id),
-        content=content,
-    )
-    await deliver(run, thread_id, received, wake=True)
-    agent_name = str(child.body.get("agent", {}).get("name", ""))
-    sent = ev.event(
-        "agent.thread_message_sent",
-        to_session_thread_id=thread_id,
-        to_agent_name=agent_name,
-        content=content,
-    )
-    return [sent], f"Message sent to thread {thread_id}.", False
-
-
-async def deliver(run: Run, session_id: str, body: dict[str, Any], *, wake: bool) -> None:
-    """Append `body` (an id derived or copied: idempotent) to another log, once."""
-    try:
-        await run.deps.store.append(session_id, [body], wake=wake)
-    except Conflict:
-        pass  # delivered by an earlier run
-    except NotFound:
-        pass  # that log was deleted: nobody is left to tell
-
-
-async def relay(run: Run) -> None:
-    """Deliver the outbox to the parent's log, then log `corral.relayed` (and the replies'
-    `agent.thread_message_sent`) under this thread's fence."""
-    ts = run.state.thread
-    assert ts.role is not None
-    parent = ts.role.parent_session_id
-    sent: list[dict[str, Any]] = []
-    for item in list(ts.outbox):
-        await deliver(run, parent, item.body, wake=item.wake)
-        if item.sent is not None:
-            sent.append(item.sent)
-    await run.append(*sent, ev.event("corral.relayed", seq=ts.outbox[-1].seq))

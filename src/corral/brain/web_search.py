@@ -56,3 +56,20 @@ def _refusal(run: Run, limit: int | None, call: ToolCall) -> str | None:
 
 async def _refuse(run: Run, call: ToolCall, running: list[dict[str, Any]], text: str) -> None:
     await run.append(*running, ev.tool_result(call.event_id, ev.text_content(text), is_error=True))
+
+
+class WebSearchTools:
+    """`web_search` as a tool family: offered and logged with the agent's toolset (a
+    built-in), run here through the operator's provider instead of in a sandbox."""
+
+    def definitions(self, agent: dict[str, Any]) -> list[dict[str, Any]]:
+        return []
+
+    def use_event(self, agent: dict[str, Any], name: str, tool_input: Any) -> dict[str, Any] | None:
+        return None
+
+    def owns(self, call: ToolCall) -> bool:
+        return call.kind == "builtin" and call.name == TOOL
+
+    async def run(self, run: Run, call: ToolCall, running: list[dict[str, Any]]) -> None:
+        await run_web_search(run, call, running)

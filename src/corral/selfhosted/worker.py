@@ -3,7 +3,7 @@
 Per item, as the SDK's `EnvironmentWorker` does: ack it, heartbeat its lease with the item's
 sessions token while serving, retrieve the session (a terminated one is skipped), download
 its skills and memory stores, run its built-in calls (`runner.SessionRunner`) in a
-bubblewrap sandbox provisioned on the first call (`corral.brain.sandboxes.SandboxPool` over
+bubblewrap sandbox provisioned on the first call (`corral.hands.pool.SandboxPool` over
 `corral.hands.local.LocalHands`, the cloud path's own pool and hands), then destroy the
 sandbox (the workspace stays on this machine), sync memory a last time and force-stop the
 item, unless the lease was lost: then the item is the queue's or another worker's, and this
@@ -28,7 +28,6 @@ from typing import Any
 import anthropic
 import anyio
 
-from corral.brain.sandboxes import SandboxPool
 from corral.hands.base import (
     SKILLS_DIR,
     Hands,
@@ -38,6 +37,7 @@ from corral.hands.base import (
     SandboxRecipe,
     ToolOutput,
 )
+from corral.hands.pool import SandboxPool
 from corral.hands.workspaces import SessionDirs
 from corral.selfhosted import lease as leases
 from corral.selfhosted.memory import MemorySync

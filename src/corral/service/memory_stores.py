@@ -27,7 +27,7 @@ from corral.store.memory import (
     NoSuchMemory,
     Operation,
     PathTaken,
-    PreconditionFailed,
+    StaleMemory,
     VersionFilter,
     VersionRow,
     prefix_end,
@@ -312,7 +312,7 @@ class MemoryStoreService:
             return await self.store.write_memory(change)
         except NoSuchMemory:
             raise _memory_not_found(memory_id) from None
-        except PreconditionFailed:
+        except StaleMemory:
             raise MemoryPreconditionFailed(
                 f"memory {memory_id} does not have the expected content_sha256 {expected}; "
                 "read it again and retry with its current content_sha256"

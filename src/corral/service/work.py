@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from corral.errors import ApiError, BadRequest, NotFound, Unauthorized
+from corral.errors import BadRequest, NotFound, Unauthorized
 from corral.ids import new_id, now_rfc3339
 from corral.store.base import Store
 from corral.store.work_base import EnvironmentKey, WorkItems, WorkRow, token_hash, work_time
@@ -30,13 +30,6 @@ ENV_KEY_PREFIX = "corral-ek"
 SESSIONS_TOKEN_PREFIX = "corral-st"
 DEFAULT_RECLAIM_MS = 5000
 MAX_LIST_LIMIT = 100
-
-
-class Forbidden(ApiError):
-    """403: a valid credential asked for something outside its scope."""
-
-    status = 403
-    type = "permission_error"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from corral.store.memory import (
     NoSuchMemory,
     Operation,
     PathTaken,
-    PreconditionFailed,
+    StaleMemory,
     VersionFilter,
     VersionRow,
 )
@@ -97,10 +97,8 @@ async def check_memory_preconditions(store: Store) -> None:
     sid = new_id("memstore")
     row = await create(store, sid, "/a.md", "one")
     stale = change(sid, row.id, "modified", content="two", expected=sha("zero"))
-    await raises(PreconditionFailed, store.write_memory(stale))
-    await raises(
-        PreconditionFailed, store.write_memory(change(sid, row.id, "deleted", expected="0"))
-    )
+    await raises(StaleMemory, store.write_memory(stale))
+    await raises(StaleMemory, store.write_memory(change(sid, row.id, "deleted", expected="0")))
     assert await store.get_memory(sid, row.id) == row
     ok = change(sid, row.id, "modified", content="two", expected=sha("one"))
     new, _ = await store.write_memory(ok)
@@ -133,7 +131,7 @@ async def check_memory_concurrent_preconditions(store: Store) -> None:
                 change(sid, row.id, "modified", content=f"v{n}", expected=sha("base"))
             )
             results.append("won")
-        except PreconditionFailed:
+        except StaleMemory:
             results.append("lost")
 
     async with anyio.create_task_group() as tg:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 
-from corral.errors import Conflict, NotFound
+from corral.errors import Conflict, NotFound, PreconditionFailed
 from corral.ids import new_id, now_rfc3339
 from corral.store.base import Store
 from corral.store.conformance_support import Check, raises
@@ -12,7 +12,6 @@ from corral.store.work import work_items_for
 from corral.store.work_base import (
     NO_HEARTBEAT,
     EnvironmentKey,
-    PreconditionFailed,
     WorkItems,
     WorkRow,
     token_hash,

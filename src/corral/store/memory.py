@@ -96,7 +96,7 @@ class VersionFilter:
     created_lte: str | None = None
 
 
-class PreconditionFailed(Exception):
+class StaleMemory(Exception):
     """The memory's current content is not the expected one (raised by `write_memory`)."""
 
 
@@ -137,7 +137,7 @@ class MemoryTable(Protocol):
 
         Raises:
             NoSuchMemory: modify/delete of a memory the store does not hold.
-            PreconditionFailed: `expected_sha256` does not match.
+            StaleMemory: `expected_sha256` does not match.
             PathTaken: create or rename onto a path another memory has.
         """
         ...

@@ -19,7 +19,7 @@ from corral.store.memory import (
     MemoryRow,
     NoSuchMemory,
     PathTaken,
-    PreconditionFailed,
+    StaleMemory,
     VersionFilter,
     VersionRow,
     actor_key,
@@ -148,7 +148,7 @@ async def _write(conn: Conn, change: MemoryChange) -> tuple[MemoryRow | None, Ve
             raise NoSuchMemory(change.memory_id)
         expected = change.expected_sha256
         if expected is not None and expected != current.content_sha256:
-            raise PreconditionFailed(current.content_sha256)
+            raise StaleMemory(current.content_sha256)
     new = next_state(current, change)
     if new is not None and current is not None and new == current:
         version = await _version(conn, change.store_id, current.version_id)

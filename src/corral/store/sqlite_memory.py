@@ -13,7 +13,7 @@ from corral.store.memory import (
     MemoryRow,
     NoSuchMemory,
     PathTaken,
-    PreconditionFailed,
+    StaleMemory,
     VersionFilter,
     VersionRow,
     actor_key,
@@ -139,7 +139,7 @@ def _write(conn: sqlite3.Connection, change: MemoryChange) -> tuple[MemoryRow | 
     elif current is None:
         raise NoSuchMemory(change.memory_id)
     elif change.expected_sha256 is not None and change.expected_sha256 != current.content_sha256:
-        raise PreconditionFailed(current.content_sha256)
+        raise StaleMemory(current.content_sha256)
     new = next_state(current, change)
     if new is not None and current is not None and new == current:
         version = _version(conn, change.store_id, current.version_id)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
-from corral.errors import ApiError, Conflict
+from corral.errors import Conflict, PreconditionFailed
 
 WorkState = Literal["queued", "starting", "active", "stopping", "stopped"]
 NO_HEARTBEAT = "NO_HEARTBEAT"
@@ -32,13 +32,6 @@ WORK_COLUMNS = (
     "acknowledged_at, started_at, latest_heartbeat_at, lease_expires, stop_requested_at, "
     "stopped_at, lease_lost"
 )
-
-
-class PreconditionFailed(ApiError):
-    """412: the caller's view of a lease is stale (another worker may hold it)."""
-
-    status = 412
-    type = "invalid_request_error"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,7 @@ logged events are lenient (the log is trusted and keeps fields we do not model).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
@@ -270,6 +270,15 @@ class AgentThinkingEvent(Logged):
     type: Literal["agent.thinking"]
 
 
+class ToolEvaluation(BaseModel):
+    """Which permission policy produced `evaluated_permission` (the wire's `evaluation`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: str
+    """always_allow, always_ask or auto (kept as text: logs outlive the set of policies)."""
+
+
 class AgentToolUseEvent(Logged):
     """`agent.tool_use`: a built-in tool call, run by the server."""
 
@@ -277,6 +286,7 @@ class AgentToolUseEvent(Logged):
     name: str
     input: dict[str, Any] = Field(default_factory=dict)
     evaluated_permission: Permission = "allow"
+    evaluation: ToolEvaluation | None = None
 
 
 class AgentCustomToolUseEvent(Logged):
@@ -296,6 +306,7 @@ class AgentMcpToolUseEvent(Logged):
     mcp_server_name: str = ""
     input: dict[str, Any] = Field(default_factory=dict)
     evaluated_permission: Permission = "allow"
+    evaluation: ToolEvaluation | None = None
 
 
 class AgentToolResultEvent(Logged):
@@ -416,6 +427,8 @@ class ToolStartedEvent(Logged):
 
     type: Literal["corral.tool_started"]
     tool_use_id: str
+    server_tool: str | None = None
+    """A server-executed tool whose start counts in `usage.server_tool_use`."""
 
 
 class LogFormatEvent(Logged):
@@ -682,6 +695,19 @@ LOG_FORMAT_VERSION = 2
 """`corral.log_format` version written by this build (1 = logs without tool-start markers)."""
 
 _LOG_EVENT: TypeAdapter[LogEvent] = TypeAdapter(LogEvent)
+
+
+def _fields_by_type() -> dict[str, frozenset[str]]:
+    union = get_args(LogEvent)[0]
+    found: dict[str, frozenset[str]] = {}
+    for model in get_args(union):
+        for tag in get_args(model.model_fields["type"].annotation):
+            found[tag] = frozenset(model.model_fields)
+    return found
+
+
+LOG_EVENT_FIELDS = _fields_by_type()
+"""Event type -> the fields its model declares (`type`, `id`, `processed_at` included)."""
 
 
 def parse_event(body: Mapping[str, Any]) -> LogEvent:
