@@ -5,6 +5,7 @@ that opens on its own, and nothing that a restored server rebuilds or that is no
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import sqlite3
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.store.backup import BackupError, _Exactly, backup, restore
+from corral.store.backup import BackupError, _checked_members, _Exactly, backup, restore
 from corral.store.sqlite_db import schema_version
 
 
@@ -104,3 +105,59 @@ def test_a_file_that_changes_size_while_archived_keeps_the_archive_whole(tmp_pat
         shrank, grew = (tar.extractfile(name).read() for name in ("shrank", "grew"))  # type: ignore[union-attr]
     assert shrank == b"y" * 10 + bytes(99_990)
     assert grew == b"z" * 10
+
+
+def _tar_with(tmp_path: Path, *members: tarfile.TarInfo) -> Path:
+    path = tmp_path / "crafted.tar"
+    with tarfile.open(path, "w") as tar:
+        for member in members:
+            tar.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    info.size = 1 if kind == tarfile.REGTYPE else 0
+    return info
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        _member("/etc/evil"),
+        _member("data/../../evil"),
+        _member("data/hard", tarfile.LNKTYPE, "../../outside"),
+        _member("data/fifo", tarfile.FIFOTYPE),
+    ],
+    ids=["absolute", "dot-dot", "hard link out", "fifo"],
+)
+def test_the_checks_for_pythons_without_tar_filters_refuse_escapes(
+    tmp_path: Path, member: tarfile.TarInfo
+) -> None:
+    """Debian 12's python3 (3.11.2) has no `filter=`: restore checks the members itself."""
+    with tarfile.open(_tar_with(tmp_path, member)) as tar, pytest.raises(BackupError):
+        _checked_members(tar, tmp_path / "dest")
+
+
+def test_the_checks_refuse_a_file_written_through_a_link_of_the_archive(tmp_path: Path) -> None:
+    link = _member("data/etc", tarfile.SYMTYPE, "/etc")
+    crafted = _tar_with(tmp_path, link, _member("data/etc/evil"))
+    with tarfile.open(crafted) as tar, pytest.raises(BackupError, match="outside"):
+        _checked_members(tar, tmp_path / "dest")
+
+
+def test_the_checks_keep_what_a_data_dir_holds(tmp_path: Path) -> None:
+    setuid = _member("data/sessions/s/workspace/tool")
+    setuid.mode = 0o4755
+    members = [
+        _member("data", tarfile.DIRTYPE),
+        _member("data/sessions/s/workspace/notes.txt"),
+        _member("data/sessions/s/workspace/latest", tarfile.SYMTYPE, "notes.txt"),
+        _member("data/sessions/s/workspace/system", tarfile.SYMTYPE, "/etc/passwd"),
+        setuid,
+    ]
+    with tarfile.open(_tar_with(tmp_path, *members)) as tar:
+        kept = _checked_members(tar, tmp_path / "dest")
+    assert [m.name for m in kept] == [m.name for m in members]
+    assert kept[-1].mode == 0o755

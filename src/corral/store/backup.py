@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import tarfile
 import tempfile
 from dataclasses import asdict, dataclass
@@ -219,7 +220,7 @@ def restore(source: Path, data_dir: Path) -> Manifest:
     try:
         unpacked = scratch / DATA
         with tarfile.open(source) as tar:
-            tar.extractall(scratch, filter="tar")
+            _extract(tar, scratch)
         unpacked.mkdir(exist_ok=True)
         if manifest.store == "sqlite":
             os.replace(scratch / DB_NAME, unpacked / DB_NAME)
@@ -230,3 +231,37 @@ def restore(source: Path, data_dir: Path) -> Manifest:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return manifest
+
+
+def _extract(tar: tarfile.TarFile, dest: Path) -> None:
+    """Unpack `tar` under `dest` and nowhere else: tarfile's "tar" filter where this Python
+    has it (3.11.4 and later), else the same checks here (Debian 12's python3 is 3.11.2)."""
+    if hasattr(tarfile, "tar_filter"):
+        tar.extractall(dest, filter="tar")
+        return
+    tar.extractall(dest, members=_checked_members(tar, dest))
+
+
+def _checked_members(tar: tarfile.TarFile, dest: Path) -> list[tarfile.TarInfo]:
+    """Every member, refusing what the "tar" filter refuses: absolute names or names that
+    leave `dest` (also through a symbolic link the archive itself makes), hard links to
+    outside, devices and fifos; set-id bits are dropped. A symbolic link's own target is
+    kept as it is, as the filter keeps it (a sandbox may have linked anywhere)."""
+    root = dest.resolve()
+    members: list[tarfile.TarInfo] = []
+    links: list[str] = []
+    for member in tar.getmembers():
+        name = member.name.rstrip("/")
+        target = (root / name).resolve()
+        through_link = any(name.startswith(f"{link}/") for link in links)
+        if os.path.isabs(member.name) or not target.is_relative_to(root) or through_link:
+            raise BackupError(f"the backup has a member outside the data dir: {member.name!r}")
+        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise BackupError(f"the backup has a special file: {member.name!r}")
+        if member.islnk() and not (root / member.linkname).resolve().is_relative_to(root):
+            raise BackupError(f"the backup has a link out of the data dir: {member.name!r}")
+        if member.issym():
+            links.append(name)
+        member.mode &= ~(stat.S_ISUID | stat.S_ISGID)
+        members.append(member)
+    return members
