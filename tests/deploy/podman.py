@@ -23,8 +23,10 @@ from tests.install.debian_root import bookworm_minbase_tar
 
 BASE_IMAGE = "localhost/corral-base:bookworm"
 # Debian packages the tests need: podman with runc (crun refuses hybrid cgroups), netavark
-# and aardvark-dns (compose services find each other by name; only Recommends of podman).
-PACKAGES = ("podman", "runc", "netavark", "aardvark-dns", "debootstrap")
+# and aardvark-dns (compose services find each other by name; only Recommends of podman),
+# iptables (netavark's firewall driver runs it for every container network; a minimal
+# machine lacks it: "netavark: No such file or directory").
+PACKAGES = ("podman", "runc", "netavark", "aardvark-dns", "iptables", "debootstrap")
 
 CONTAINERS_CONF = """\
 [containers]

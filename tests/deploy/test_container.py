@@ -101,14 +101,15 @@ def test_bash_call_runs_sandboxed_as_its_own_uid(
 def test_in_a_user_namespace_the_uid_range_must_be_a_mapped_one(
     podman: Podman, images: Images, fake: FakeModelServer
 ) -> None:
-    """The default range is not mapped (switching to it fails: EINVAL); the setting
-    docs/deploy.md gives puts sandboxes on mapped uids and the call runs."""
-    solo = Solo(podman, images, fake, *SANDBOX_PRIVILEGES, *USERNS)
-    try:
-        _, result = solo.bash_turn()
-        assert result.is_error and "Invalid argument" in result.content[0].text
-    finally:
-        solo.remove()
+    """The default range is not mapped: the server refuses to start, naming the setting
+    (before, every tool call failed with a bare EINVAL); the setting docs/deploy.md gives puts
+    sandboxes on mapped uids and the call runs."""
+    with pytest.raises(AssertionError) as refused:
+        Solo(podman, images, fake, *SANDBOX_PRIVILEGES, *USERNS)
+    message = str(refused.value)
+    assert "container exited" in message, message
+    assert "CORRAL_SANDBOX_UID_RANGE" in message and "maps 0-65535" in message, message
+    assert "Traceback" not in message, message
     mapped = ("-e", "CORRAL_SANDBOX_UID_RANGE=50000-65000")
     solo = Solo(podman, images, fake, *SANDBOX_PRIVILEGES, *USERNS, *mapped)
     try:
