@@ -42,7 +42,9 @@ async def test_fork_bomb_is_contained(local_hands: LocalHands, tmp_path: Path) -
 
 async def _bomb(sandbox: LocalSandbox) -> None:
     text, err = await bash(sandbox, ":(){ :|:& };:; sleep 1")
-    assert err and "process limit of 50 reached" in text
+    # reported by the in-sandbox agent ("… reached") or, when it did not see the table full,
+    # by the host from the cgroup's fork failures ("… hit the process limit …"): both kill it
+    assert err and "process limit of 50" in text
 
 
 async def test_a_backgrounded_fork_bomb_is_reported_by_the_next_call(
