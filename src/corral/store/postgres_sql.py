@@ -17,7 +17,7 @@ from corral.session.log import EventQuery, Fence, SessionSummary, StoredEvent
 from corral.session.projection import CallBook, project, referenced_calls
 from corral.store import postgres_calls
 from corral.store.base import EventCheck, Resource, SessionFilter, SessionRow
-from corral.store.sql_filters import session_columns_where
+from corral.store.sql_filters import event_where, session_columns_where
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
 Conn = AsyncConnection[TupleRow]
@@ -210,19 +210,7 @@ def _check_lease(fence: Fence, lease: Sequence[Any] | None) -> None:
 
 async def read_events(conn: Conn, session_id: str, query: EventQuery) -> list[StoredEvent]:
     """A positional slice of one log."""
-    clauses: list[str] = ["session_id = %s"]
-    args: list[Any] = [session_id]
-    for column_op, value in (
-        ("seq >", query.after_seq),
-        ("seq <", query.before_seq),
-        ("created_at >", query.created_gt),
-        ("created_at >=", query.created_gte),
-        ("created_at <", query.created_lt),
-        ("created_at <=", query.created_lte),
-    ):
-        if value is not None:
-            clauses.append(f"{column_op} %s")
-            args.append(value)
+    clauses, args = event_where(session_id, query, "%s")
     if query.types:
         clauses.append("type = ANY(%s)")
         args.append(list(query.types))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from corral.session.log import EventQuery
 from corral.store.base import Page, SessionFilter
 
 Mark = Literal["?", "%s"]
@@ -54,3 +55,22 @@ def session_columns_where(
 def direction(page: Page) -> str:
     """SQL sort direction of a page."""
     return "DESC" if page.order == "desc" else "ASC"
+
+
+def event_where(session_id: str, query: EventQuery, mark: Mark) -> tuple[list[str], list[Any]]:
+    """Clauses and arguments selecting one log's events by seq and time bounds (each store
+    adds the type filter in its own dialect)."""
+    clauses: list[str] = [f"session_id = {mark}"]
+    args: list[Any] = [session_id]
+    for column_op, value in (
+        ("seq >", query.after_seq),
+        ("seq <", query.before_seq),
+        ("created_at >", query.created_gt),
+        ("created_at >=", query.created_gte),
+        ("created_at <", query.created_lt),
+        ("created_at <=", query.created_lte),
+    ):
+        if value is not None:
+            clauses.append(f"{column_op} {mark}")
+            args.append(value)
+    return clauses, args

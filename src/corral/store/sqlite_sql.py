@@ -27,7 +27,7 @@ from corral.session.projection import (
 )
 from corral.store import sqlite_calls
 from corral.store.base import EventCheck, Resource, SessionFilter, SessionRow
-from corral.store.sql_filters import session_columns_where
+from corral.store.sql_filters import event_where, session_columns_where
 from corral.wire.events import INTERNAL_EVENT_TYPES
 
 SESSION_COLUMNS = (
@@ -328,19 +328,7 @@ def put_agent_version(
 
 
 def read_events(conn: sqlite3.Connection, session_id: str, query: EventQuery) -> list[StoredEvent]:
-    clauses: list[str] = ["session_id = ?"]
-    args: list[Any] = [session_id]
-    for column_op, value in (
-        ("seq >", query.after_seq),
-        ("seq <", query.before_seq),
-        ("created_at >", query.created_gt),
-        ("created_at >=", query.created_gte),
-        ("created_at <", query.created_lt),
-        ("created_at <=", query.created_lte),
-    ):
-        if value is not None:
-            clauses.append(f"{column_op} ?")
-            args.append(value)
+    clauses, args = event_where(session_id, query, "?")
     if query.types:
         clauses.append(f"type IN ({','.join('?' * len(query.types))})")
         args.extend(query.types)
