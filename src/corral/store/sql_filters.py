@@ -20,15 +20,7 @@ def page_where(page: Page, mark: Mark) -> tuple[str, list[Any]]:
         args.append(page.after_id)
     if not page.include_archived:
         clauses.append("archived_at IS NULL")
-    for op, value in (
-        (">", page.created_gt),
-        (">=", page.created_gte),
-        ("<", page.created_lt),
-        ("<=", page.created_lte),
-    ):
-        if value is not None:
-            clauses.append(f"created_at {op} {mark}")
-            args.append(value)
+    _add_bounds(clauses, args, mark, _created_bounds(page))
     return "".join(f" AND {c}" for c in clauses), args
 
 
@@ -62,15 +54,26 @@ def event_where(session_id: str, query: EventQuery, mark: Mark) -> tuple[list[st
     adds the type filter in its own dialect)."""
     clauses: list[str] = [f"session_id = {mark}"]
     args: list[Any] = [session_id]
-    for column_op, value in (
-        ("seq >", query.after_seq),
-        ("seq <", query.before_seq),
-        ("created_at >", query.created_gt),
-        ("created_at >=", query.created_gte),
-        ("created_at <", query.created_lt),
-        ("created_at <=", query.created_lte),
-    ):
+    seq_bounds = (("seq >", query.after_seq), ("seq <", query.before_seq))
+    _add_bounds(clauses, args, mark, (*seq_bounds, *_created_bounds(query)))
+    return clauses, args
+
+
+def _created_bounds(bounded: Page | EventQuery) -> tuple[tuple[str, str | None], ...]:
+    """The `created_at[gt|gte|lt|lte]` filters a page or an event query carries."""
+    return (
+        ("created_at >", bounded.created_gt),
+        ("created_at >=", bounded.created_gte),
+        ("created_at <", bounded.created_lt),
+        ("created_at <=", bounded.created_lte),
+    )
+
+
+def _add_bounds(
+    clauses: list[str], args: list[Any], mark: Mark, bounds: tuple[tuple[str, Any], ...]
+) -> None:
+    """`column op mark` for every bound that is set."""
+    for column_op, value in bounds:
         if value is not None:
             clauses.append(f"{column_op} {mark}")
             args.append(value)
-    return clauses, args
